@@ -1,0 +1,282 @@
+"""`graphrag-pipeline`: build the index through Dagster, inspect it, query it, export the graph."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .config import METHODS, PROJECT_ROOT, Paths, default_home
+
+DOWNSTREAM = ["knowledge_graph", "resolved_graph", "communities", "search_index"]
+
+
+def _prepare_environment(args: argparse.Namespace) -> Paths:
+    """Point Dagster at $GRAPHRAG_HOME/dagster (with the project's dagster.yaml) before it loads."""
+    home = Path(args.home).expanduser().resolve() if getattr(args, "home", None) else default_home()
+    os.environ["GRAPHRAG_HOME"] = str(home)
+    if getattr(args, "corpus", None):
+        corpus = Path(args.corpus).expanduser().resolve()
+        if not corpus.is_dir():
+            raise SystemExit(f"error: corpus directory not found: {corpus}")
+        os.environ["GRAPHRAG_CORPUS"] = str(corpus)
+    if getattr(args, "method", None):
+        os.environ["GRAPHRAG_METHOD"] = args.method
+    paths = Paths(home).ensure()
+    dagster_home = paths.dagster_home
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    source = PROJECT_ROOT / "dagster.yaml"
+    target = dagster_home / "dagster.yaml"
+    if source.exists() and (not target.exists() or target.read_bytes() != source.read_bytes()):
+        shutil.copyfile(source, target)
+    elif not target.exists():
+        target.write_text("telemetry:\n  enabled: false\n")
+    return paths
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# -- build ----------------------------------------------------------------------------------------
+def _run_job(defs, instance, name: str, tags: dict | None = None) -> tuple[bool, list]:
+    import dagster as dg
+
+    job = defs.resolve_job_def(name)
+    result = job.execute_in_process(
+        instance=instance,
+        tags=tags or {},
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    events = result.get_asset_materialization_events()
+    for step in result.get_step_failure_events():
+        err = step.event_specific_data.error
+        _say(f"  FAILED {step.step_key}: {err.message.strip() if err else 'unknown error'}")
+    for ev in result.all_events:
+        if ev.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            data = ev.event_specific_data
+            if not data.passed:
+                _say(f"  check failed: {data.check_name} on {data.asset_key.to_user_string()}")
+    return result.success, events
+
+
+def _describe(events: list, keys: tuple[str, ...]) -> str:
+    seen = {}
+    for ev in events:
+        mat = ev.event_specific_data.materialization
+        name = mat.asset_key.to_user_string()
+        if name in seen:
+            continue
+        bits = [f"{k}={mat.metadata[k].value}" for k in keys if k in mat.metadata]
+        seen[name] = f"{name}" + (f" ({', '.join(bits)})" if bits else "")
+    return "; ".join(seen.values())
+
+
+def _latest_timestamp(instance, asset: str) -> float | None:
+    import dagster as dg
+
+    ev = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    return ev.timestamp if ev else None
+
+
+def _downstream_stale(instance) -> bool:
+    parents = {"knowledge_graph": ["doc_subgraph"], "resolved_graph": ["knowledge_graph"],
+               "communities": ["resolved_graph"], "search_index": ["resolved_graph", "communities", "chunks"]}
+    for asset in DOWNSTREAM:
+        ts = _latest_timestamp(instance, asset)
+        if ts is None:
+            return True
+        for parent in parents[asset]:
+            pts = _latest_timestamp(instance, parent)
+            if pts is not None and pts > ts:
+                return True
+    return False
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    paths = _prepare_environment(args)
+    import dagster as dg
+
+    from .core.store import Store
+    from .definitions import defs
+    from .defs.corpus_sync import contiguous_batches, plan_sync, range_tags
+    from .defs.partitions import community_partitions, documents_partitions
+    from .defs.resources import apply_env_defaults
+
+    apply_env_defaults()
+    method = os.environ["GRAPHRAG_METHOD"]
+    corpus = Path(os.environ["GRAPHRAG_CORPUS"])
+    started = time.perf_counter()
+    instance = dg.DagsterInstance.get()
+    _say(f"graphrag-pipeline build: corpus {corpus}, method {method}, home {paths.home}")
+
+    existing = instance.get_dynamic_partitions(documents_partitions.name)
+    plan = plan_sync(corpus, existing, Store(paths), method, previous=None)
+    for err in plan.errors.values():
+        _say(f"  warning: cannot read {err}")
+    if plan.to_add:
+        instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
+    for key in plan.to_delete:
+        instance.delete_dynamic_partition(documents_partitions.name, key)
+    _say(f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
+         f"{len(plan.stale)} to process")
+
+    ok = True
+    batches = plan.batches(args.batch_size)
+    for i, batch in enumerate(batches, 1):
+        _say(f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}" + (f" .. {batch[-1]}" if len(batch) > 1 else ""))
+        success, events = _run_job(defs, instance, "documents_job", range_tags(batch))
+        ok &= success
+        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits")))
+
+    if plan.changed or _downstream_stale(instance) or not ok:
+        _say("[graph] merging, resolving and clustering")
+        success, events = _run_job(defs, instance, "graph_job")
+        ok &= success
+        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "merged_pairs", "communities")))
+        if success:
+            all_keys = instance.get_dynamic_partitions(community_partitions.name)
+            done = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
+            todo = [k for k in all_keys if k not in done]
+            report_batches = contiguous_batches(all_keys, todo, args.batch_size)
+            _say(f"[reports] {len(todo)} of {len(all_keys)} community reports to write")
+            for batch in report_batches:
+                success, events = _run_job(defs, instance, "reports_job", range_tags(batch))
+                ok &= success
+                _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("reports", "llm_calls")))
+            _say("[index] publishing the search index")
+            success, events = _run_job(defs, instance, "index_job")
+            ok &= success
+            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "community_reports", "chunks")))
+    else:
+        _say("everything is up to date")
+    _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s")
+    return 0 if ok else 1
+
+
+# -- stats / query / export -----------------------------------------------------------------------
+def cmd_stats(args: argparse.Namespace) -> int:
+    paths = _prepare_environment(args)
+    from .core.usage import UsageLedger
+    from .query import IndexNotFoundError, open_index
+
+    stats = {"documents": 0, "chunks": 0, "entities": 0, "relations": 0, "communities": 0, "community_reports": 0}
+    try:
+        with open_index(paths.home) as index:
+            counts = index.counts()
+            stats.update({
+                "documents": int(index.meta.get("documents", 0)), "chunks": counts.get("chunks", 0),
+                "entities": counts.get("entities", 0), "relations": counts.get("relations", 0),
+                "communities": int(index.meta.get("communities", 0)), "community_reports": counts.get("community_reports", 0),
+            })
+    except IndexNotFoundError as exc:
+        if not args.json:
+            _say(str(exc))
+    stats["llm"] = UsageLedger(paths.cache_db).totals().to_dict()
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        for k, v in stats.items():
+            _say(f"{k:>18}: {v}")
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    paths = _prepare_environment(args)
+    from .query import IndexNotFoundError, SearchParams, open_index, query
+
+    try:
+        with open_index(paths.home) as index:
+            result = query(index, args.question, args.mode, SearchParams())
+    except (IndexNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
+        return 0
+    _say(f"mode: {result.mode}")
+    for e in result.entities:
+        _say(f"  entity   {e['name']} [{e['type']}] score={e['score']:.4g}")
+    for r in result.relations:
+        _say(f"  relation {r['source']} -- {r['target']} score={r['score']:.4g}")
+    for c in result.community_reports:
+        _say(f"  report   {c['title']} (rating {c['rating']})")
+    for c in result.chunks:
+        _say(f"  chunk    {c['doc']} score={c['score']:.3f}: {' '.join(c['text'].split())[:100]}")
+    if result.answer:
+        _say("\n" + result.answer)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    paths = _prepare_environment(args)
+    from .core.export import write_graphml
+    from .core.store import Store
+
+    try:
+        nodes, edges = Store(paths).read_graph("resolved_graph")
+    except FileNotFoundError as exc:
+        print(f"error: {exc}; run `graphrag-pipeline build` first", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("graph.graphml")
+    write_graphml(nodes, edges, out)
+    _say(f"wrote {nodes.height} nodes and {edges.height} edges to {out}")
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    paths = _prepare_environment(args)
+    _say(f"DAGSTER_HOME={paths.dagster_home}")
+    exe = shutil.which("dagster") or "dagster"
+    os.execvp(exe, [exe, "dev", "-m", "graphrag_pipeline.definitions", *args.dagster_args])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="graphrag-pipeline", description=__doc__)
+    p.add_argument("--home", help="state directory (default: $GRAPHRAG_HOME, else .graphrag in the project)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="sync partitions with the corpus and materialize everything stale or missing")
+    b.add_argument("--corpus", help="corpus directory (default: $GRAPHRAG_CORPUS, else data/corpus)")
+    b.add_argument("--method", choices=METHODS, help="extraction method (default: $GRAPHRAG_METHOD, else light with OPENAI_API_KEY, else fast)")
+    b.add_argument("--batch-size", type=int, default=500, help="documents per run (default 500)")
+    b.set_defaults(func=cmd_build)
+
+    s = sub.add_parser("stats", help="counts of the published index and LLM usage")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+
+    q = sub.add_parser("query", help="ask the published index")
+    q.add_argument("question")
+    q.add_argument("--mode", choices=["local", "global", "naive"], default="local")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_query)
+
+    e = sub.add_parser("export", help="export the resolved graph")
+    e.add_argument("--format", choices=["graphml"], default="graphml")
+    e.add_argument("--out", help="output file (default graph.graphml)")
+    e.set_defaults(func=cmd_export)
+
+    d = sub.add_parser("dev", help="open the Dagster UI on this GRAPHRAG_HOME (extra args go to `dagster dev`)")
+    d.add_argument("dagster_args", nargs=argparse.REMAINDER)
+    d.set_defaults(func=cmd_dev)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*(beta|preview|experimental|deprecated).*")
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

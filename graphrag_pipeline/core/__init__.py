@@ -1,0 +1,1 @@
+"""The pure core of the pipeline: one module per stage, no Dagster import anywhere below."""

@@ -1,0 +1,116 @@
+"""Search-index records built from the resolved graph, communities, reports and chunks.
+
+Tables (polars): entities, relations, community_reports, chunks, nhop (pre-computed neighbour
+paths with edge weights), ty2ents (entity type -> sample entities). Entity vectors embed the entity
+name; relation vectors embed "source->target: description"; report vectors embed title + summary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import networkx as nx
+import polars as pl
+
+from .graph import to_networkx
+from .reports import CommunityReport
+
+NHOP_MAX_NEIGHBOURS = 16
+NHOP_MAX_SECOND = 4
+TY2ENTS_SAMPLES = 10
+
+
+@dataclass
+class IndexTables:
+    entities: pl.DataFrame
+    relations: pl.DataFrame
+    community_reports: pl.DataFrame
+    chunks: pl.DataFrame
+    nhop: pl.DataFrame
+    ty2ents: pl.DataFrame
+
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name).height for name in ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")}
+
+
+def _vectors(embedder, texts: list[str], batch: int = 512) -> pl.Series:
+    import numpy as np
+
+    dim = embedder.dim
+    if not texts:
+        return pl.Series("embedding", [], dtype=pl.Array(pl.Float32, dim))
+    parts = [embedder.embed(texts[i : i + batch]) for i in range(0, len(texts), batch)]
+    arr = np.vstack(parts).astype("float32")
+    return pl.Series("embedding", arr, dtype=pl.Array(pl.Float32, dim))
+
+
+def nhop_paths(g: nx.Graph) -> pl.DataFrame:
+    """For each node, 1- and 2-hop paths along its strongest edges, with the edge weights."""
+    rows = []
+    for node in sorted(g.nodes):
+        first = sorted(g[node].items(), key=lambda kv: (-kv[1].get("weight", 1.0), kv[0]))[:NHOP_MAX_NEIGHBOURS]
+        for nbr, attr in first:
+            w1 = float(attr.get("weight", 1.0))
+            rows.append((node, [node, nbr], [w1]))
+            second = [(n2, a2) for n2, a2 in g[nbr].items() if n2 != node]
+            second.sort(key=lambda kv: (-kv[1].get("weight", 1.0), kv[0]))
+            for n2, a2 in second[:NHOP_MAX_SECOND]:
+                rows.append((node, [node, nbr, n2], [w1, float(a2.get("weight", 1.0))]))
+    return pl.DataFrame(rows, schema={"entity_key": pl.Utf8, "path": pl.List(pl.Utf8), "weights": pl.List(pl.Float64)}, orient="row")
+
+
+def build_index_tables(
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    communities: pl.DataFrame,
+    reports: list[CommunityReport],
+    chunks: pl.DataFrame,
+    embedder,
+) -> IndexTables:
+    """chunks: chunk_id, doc_id, doc (relative path), position, text."""
+    membership: dict[str, list[str]] = {}
+    for cid, members in zip(communities["community_id"].to_list(), communities["nodes"].to_list()):
+        for key in members:
+            membership.setdefault(key, []).append(cid)
+    entities = nodes.select("key", "name", "type", "description", "pagerank", "degree", "source_ids", "doc_ids").with_columns(
+        pl.col("key").map_elements(lambda k: membership.get(k, []), return_dtype=pl.List(pl.Utf8)).alias("community_ids"),
+    )
+    entities = entities.with_columns(_vectors(embedder, entities["name"].to_list()))
+
+    rel_text = [f"{s}->{t}: {d}" for s, t, d in zip(edges["source"], edges["target"], edges["description"])]
+    relations = edges.select("source_key", "target_key", "source", "target", "description", "keywords", "weight", "source_ids").with_columns(
+        _vectors(embedder, rel_text)
+    )
+
+    names = dict(zip(nodes["key"].to_list(), nodes["name"].to_list()))
+    weights = dict(zip(communities["community_id"].to_list(), communities["weight"].to_list()))
+    members_of = dict(zip(communities["community_id"].to_list(), communities["nodes"].to_list()))
+    rep_rows = []
+    for r in reports:
+        member_keys = list(members_of.get(r.community_id, []))
+        rep_rows.append({
+            "community_id": r.community_id, "level": r.level, "title": r.title, "summary": r.summary,
+            "rating": float(r.rating), "rating_explanation": r.rating_explanation,
+            "findings": json.dumps([f.__dict__ for f in r.findings], ensure_ascii=False),
+            "entity_keys": member_keys, "entity_names": [names.get(k, k) for k in member_keys],
+            "weight": float(weights.get(r.community_id, 0.0)), "extractive": r.extractive, "text": r.text(),
+        })
+    report_schema = {
+        "community_id": pl.Utf8, "level": pl.Int64, "title": pl.Utf8, "summary": pl.Utf8, "rating": pl.Float64,
+        "rating_explanation": pl.Utf8, "findings": pl.Utf8, "entity_keys": pl.List(pl.Utf8),
+        "entity_names": pl.List(pl.Utf8), "weight": pl.Float64, "extractive": pl.Boolean, "text": pl.Utf8,
+    }
+    reports_df = pl.DataFrame(rep_rows, schema=report_schema)
+    reports_df = reports_df.with_columns(_vectors(embedder, [f"{t}\n{s}" for t, s in zip(reports_df["title"], reports_df["summary"])]))
+
+    chunk_df = chunks.select("chunk_id", "doc_id", "doc", "position", "text").with_columns(_vectors(embedder, chunks["text"].to_list()))
+
+    nhop = nhop_paths(to_networkx(nodes, edges))
+    ty2ents = (
+        nodes.sort(["pagerank", "key"], descending=[True, False])
+        .group_by("type", maintain_order=True)
+        .agg(pl.col("name").head(TY2ENTS_SAMPLES).alias("entities"), pl.len().alias("count"))
+        .sort(["count", "type"], descending=[True, False])
+    )
+    return IndexTables(entities, relations, reports_df, chunk_df, nhop, ty2ents)

@@ -1,0 +1,28 @@
+"""All Dagster definitions of the project, in one place (`dagster dev -m graphrag_pipeline.definitions`)."""
+
+import dagster as dg
+
+from .defs.checks import (
+    communities_reference_entities,
+    knowledge_graph_is_consistent,
+    resolved_graph_is_consistent,
+    search_index_is_complete,
+)
+from .defs.document_assets import chunks, doc_subgraph
+from .defs.graph_assets import communities, community_reports, knowledge_graph, resolved_graph
+from .defs.index_assets import search_index
+from .defs.jobs import documents_job, graph_job, index_job, reports_job
+from .defs.resources import settings_from_env
+from .defs.sensors import automation_sensor, corpus_sensor, daily_reconcile
+
+defs = dg.Definitions(
+    assets=[chunks, doc_subgraph, knowledge_graph, resolved_graph, communities, community_reports, search_index],
+    asset_checks=[
+        knowledge_graph_is_consistent, resolved_graph_is_consistent,
+        communities_reference_entities, search_index_is_complete,
+    ],
+    jobs=[documents_job, graph_job, reports_job, index_job],
+    sensors=[corpus_sensor, automation_sensor],
+    schedules=[daily_reconcile],
+    resources={"settings": settings_from_env()},
+)

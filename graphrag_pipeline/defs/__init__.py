@@ -1,0 +1,1 @@
+"""The Dagster layer: assets, resources, sensors, schedules and checks wiring the core together."""

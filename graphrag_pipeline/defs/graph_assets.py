@@ -1,0 +1,159 @@
+"""Whole-corpus assets: knowledge_graph -> resolved_graph -> communities -> community_reports.
+
+Each body loads its inputs from the store, calls one core function, stores the result and
+describes it in metadata. Declarative automation carries changes downstream.
+"""
+
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from ..core.communities import detect_communities
+from ..core.merge import merge_subgraphs
+from ..core.reports import extractive_report
+from ..core.resolution import resolve_incremental
+from .document_assets import doc_subgraph
+from .metadata import md_table
+from .partitions import community_partitions, documents_partitions
+from .resources import PipelineSettings
+
+EAGER = dg.AutomationCondition.eager()
+
+
+def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
+    rows = nodes.sort("pagerank", descending=True).head(n).select("name", "type", "degree", "pagerank", "description").to_dicts()
+    for r in rows:
+        r["pagerank"] = f"{r['pagerank']:.4f}"
+    return md_table(rows, ["name", "type", "degree", "pagerank", "description"], limit=n)
+
+
+@dg.asset(
+    deps=[doc_subgraph],
+    group_name="graph",
+    kinds={"polars", "networkx"},
+    automation_condition=EAGER,
+    description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
+)
+def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    store = settings.store()
+    keys = context.instance.get_dynamic_partitions(documents_partitions.name)
+    entities, relations = store.read_subgraphs(keys)
+    doc_dropped = sum(int((store.subgraph_info(k) or {}).get("dropped_relations", 0)) for k in keys)
+    merged = merge_subgraphs(entities, relations)
+    store.write_graph("knowledge_graph", merged.nodes, merged.edges)
+    removed = store.remove_orphans(set(keys))
+    if merged.dropped_relations:
+        context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")
+    context.log.info(f"merged {len(keys)} documents into {merged.nodes.height} entities and {merged.edges.height} relations")
+    return dg.MaterializeResult(metadata={
+        "documents": len(keys),
+        "entities": merged.nodes.height,
+        "relations": merged.edges.height,
+        "dropped_relations": merged.dropped_relations + doc_dropped,
+        "orphan_files_removed": removed,
+        "top_entities": _top_entities(merged.nodes),
+    })
+
+
+@dg.asset(
+    deps=[knowledge_graph],
+    group_name="graph",
+    kinds={"polars", "networkx"},
+    automation_condition=EAGER,
+    description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",
+)
+def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    store = settings.store()
+    nodes, edges = store.read_graph("knowledge_graph")
+    state = store.read_state("resolution", {})
+    result = resolve_incremental(nodes, edges, state, judge=None)
+    store.write_graph("resolved_graph", result.nodes, result.edges)
+    store.write_state("resolution", result.state)
+    context.log.info(f"resolved {result.candidates} candidate pairs, {result.merged} merged ({len(result.changed)} new entities)")
+    merges = [{"merged": k, "into": v} for k, v in sorted(result.mapping.items())]
+    return dg.MaterializeResult(metadata={
+        "entities": result.nodes.height,
+        "relations": result.edges.height,
+        "new_entities": len(result.changed),
+        "candidate_pairs": result.candidates,
+        "merged_pairs": result.merged,
+        "judge": "offline (normalised name equality)",
+        "merges": md_table(merges, ["merged", "into"]),
+        "top_entities": _top_entities(result.nodes),
+    })
+
+
+@dg.asset(
+    deps=[resolved_graph],
+    group_name="graph",
+    kinds={"polars"},
+    automation_condition=EAGER,
+    description="Hierarchical Leiden communities (all levels); one `communities` partition per reportable community.",
+)
+def communities(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    store = settings.store()
+    nodes, edges = store.read_graph("resolved_graph")
+    started = time.perf_counter()
+    result = detect_communities(nodes, edges, max_cluster_size=settings.max_cluster_size, use_lcc=settings.use_lcc)
+    elapsed = time.perf_counter() - started
+    df = result.communities
+    store.write_communities(df)
+    context.log.info(f"Graph extracted {df.height} communities in {elapsed:.2f}s: {result.message}")
+
+    # one report partition per community of 2+ nodes, keyed by its content fingerprint
+    wanted = df.filter(pl.col("size") >= 2)["community_id"].to_list()
+    instance = context.instance
+    existing = instance.get_dynamic_partitions(community_partitions.name)
+    new = [k for k in wanted if k not in set(existing)]
+    gone = [k for k in existing if k not in set(wanted)]
+    if new:
+        instance.add_dynamic_partitions(community_partitions.name, new)
+    for key in gone:
+        instance.delete_dynamic_partition(community_partitions.name, key)
+    levels = df.group_by("level").agg(pl.len().alias("communities"), pl.col("size").max().alias("largest")).sort("level").to_dicts()
+    return dg.MaterializeResult(metadata={
+        "communities": df.height,
+        "reportable": len(wanted),
+        "new_report_partitions": len(new),
+        "removed_report_partitions": len(gone),
+        "message": result.message,
+        "levels": md_table(levels, ["level", "communities", "largest"]),
+        "preview": md_table(df.head(20).with_columns(pl.col("nodes").list.head(6).list.join(", ")).to_dicts(),
+                            ["community_id", "level", "size", "weight", "nodes"]),
+    })
+
+
+@dg.asset(
+    deps=[communities],
+    partitions_def=community_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name="graph",
+    kinds={"json"},
+    pool="llm",
+    automation_condition=dg.AutomationCondition.on_missing() & ~dg.AutomationCondition.any_deps_in_progress(),
+    description="One report per community, regenerated only when the community's content (fingerprint) changes.",
+)
+def community_reports(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    store = settings.store()
+    nodes, edges = store.read_graph("resolved_graph")
+    table = {r["community_id"]: r for r in store.read_communities().to_dicts()}
+    rows, missing = [], []
+    for key in context.partition_keys:
+        community = table.get(key)
+        if community is None:
+            missing.append(key)
+            continue
+        report = extractive_report(community, nodes, edges)
+        store.write_report(report)
+        rows.append({"community": key, "title": report.title, "rating": report.rating, "size": community["size"]})
+    if missing:
+        context.log.warning(f"{len(missing)} report partitions no longer match a community (superseded by a newer build)")
+    return dg.MaterializeResult(metadata={
+        "reports": len(rows),
+        "superseded": len(missing),
+        "extractive": len(rows),
+        "llm_calls": 0,
+        "preview": md_table(rows, ["community", "title", "rating", "size"]),
+    })

@@ -1,0 +1,62 @@
+"""The published search index (DuckDB), rebuilt aside and swapped in whole."""
+
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from ..core.duckdb_index import write_duckdb_index
+from ..core.embedding import HashingEmbedder
+from ..core.index_records import build_index_tables
+from .document_assets import chunks
+from .graph_assets import EAGER, communities, community_reports, resolved_graph
+from .metadata import md_table
+from .partitions import community_partitions, documents_partitions
+from .resources import PipelineSettings
+
+
+@dg.asset(
+    deps=[resolved_graph, communities, community_reports, chunks],
+    group_name="index",
+    kinds={"duckdb"},
+    automation_condition=EAGER,
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
+    description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool.",
+)
+def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    store = settings.store()
+    started = time.perf_counter()
+    nodes, edges = store.read_graph("resolved_graph")
+    comms = store.read_communities()
+    live = set(context.instance.get_dynamic_partitions(community_partitions.name))
+    reports, missing = [], 0
+    for cid in comms.filter(pl.col("size") >= 2)["community_id"].to_list():
+        report = store.read_report(cid) if cid in live else None
+        if report is None:
+            missing += 1
+            continue
+        reports.append(report)
+    store.remove_reports_except({r.community_id for r in reports})
+    doc_keys = context.instance.get_dynamic_partitions(documents_partitions.name)
+    chunk_df = store.read_all_chunks(doc_keys)
+    embedder = HashingEmbedder()
+    tables = build_index_tables(nodes, edges, comms, reports, chunk_df, embedder)
+    size = write_duckdb_index(tables, settings.paths.index_file, {
+        "embedding_model": embedder.model_id, "embedding_dim": embedder.dim, "method": settings.method,
+        "documents": len(doc_keys), "communities": comms.height, "built_at": time.time(),
+    })
+    counts = tables.counts()
+    if missing:
+        context.log.warning(f"{missing} communities have no report yet; they are left out of this index")
+    context.log.info(f"published {settings.paths.index_file} ({size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f}s: {counts}")
+    return dg.MaterializeResult(metadata={
+        **{k: v for k, v in counts.items()},
+        "documents": len(doc_keys),
+        "communities": comms.height,
+        "reports_missing": missing,
+        "path": dg.MetadataValue.path(str(settings.paths.index_file)),
+        "size_bytes": size,
+        "embedding_model": embedder.model_id,
+        "type_pool": md_table(tables.ty2ents.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"]),
+    })

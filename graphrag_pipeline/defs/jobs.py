@@ -1,0 +1,20 @@
+import dagster as dg
+
+from .document_assets import chunks, doc_subgraph
+from .graph_assets import communities, community_reports, knowledge_graph, resolved_graph
+from .index_assets import search_index
+from .partitions import community_partitions, documents_partitions
+
+documents_job = dg.define_asset_job(
+    "documents_job", selection=[chunks, doc_subgraph], partitions_def=documents_partitions,
+    description="Chunk and extract a range of documents in one run.",
+)
+graph_job = dg.define_asset_job(
+    "graph_job", selection=[knowledge_graph, resolved_graph, communities],
+    description="Merge, resolve and cluster the whole corpus.",
+)
+reports_job = dg.define_asset_job(
+    "reports_job", selection=[community_reports], partitions_def=community_partitions,
+    description="Write the reports of a range of communities in one run.",
+)
+index_job = dg.define_asset_job("index_job", selection=[search_index], description="Publish the search index.")

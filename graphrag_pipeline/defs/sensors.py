@@ -1,0 +1,82 @@
+"""Watching the corpus: the sensor adds, removes and runs document partitions; a daily schedule reconciles."""
+
+
+import json
+
+import dagster as dg
+
+from .corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
+from .jobs import documents_job, graph_job
+from .partitions import documents_partitions
+from .resources import PipelineSettings
+
+CURSOR_VERSION = 1
+
+
+def _requests(plan, reason: str) -> list[dg.RunRequest]:
+    requests = [
+        dg.RunRequest(job_name=documents_job.name, tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))})
+        for batch in plan.batches(DEFAULT_BATCH)
+    ]
+    if plan.to_delete and not requests:
+        # a deletion produces no new materialization, so ask for the merge directly; automation does the rest
+        requests.append(dg.RunRequest(job_name=graph_job.name, tags={"graphrag/reason": f"{reason}: documents removed"}))
+    return requests
+
+
+@dg.sensor(
+    jobs=[documents_job, graph_job],
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Adds partitions for new corpus files, removes those of deleted files, runs new or changed files in batches.",
+)
+def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult:
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    previous = cursor.get("files") if cursor.get("v") == CURSOR_VERSION else None
+    existing = context.instance.get_dynamic_partitions(documents_partitions.name)
+    plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous)
+    for key, err in plan.errors.items():
+        context.log.warning(f"cannot read {err}")
+    new_cursor = json.dumps({"v": CURSOR_VERSION, "files": {k: s.to_list() for k, s in plan.states.items()}}, sort_keys=True)
+    if not plan.changed:
+        return dg.SensorResult(cursor=new_cursor, skip_reason=f"{len(plan.states)} documents, none new or changed")
+    context.log.info(f"corpus: {len(plan.to_add)} new, {len(plan.to_delete)} removed, {len(plan.stale)} to (re)process")
+    partition_requests = []
+    if plan.to_add:
+        partition_requests.append(documents_partitions.build_add_request(plan.to_add))
+    if plan.to_delete:
+        partition_requests.append(documents_partitions.build_delete_request(plan.to_delete))
+    return dg.SensorResult(
+        run_requests=_requests(plan, "corpus change"),
+        dynamic_partitions_requests=partition_requests,
+        cursor=new_cursor,
+    )
+
+
+@dg.schedule(
+    cron_schedule="0 3 * * *",
+    job=documents_job,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily reconcile: compares the corpus with what was actually processed and re-runs whatever differs.",
+)
+def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSettings):
+    instance = context.instance
+    existing = instance.get_dynamic_partitions(documents_partitions.name)
+    plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous=None)
+    if plan.to_add:
+        instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
+    for key in plan.to_delete:
+        instance.delete_dynamic_partition(documents_partitions.name, key)
+    requests = _requests(plan, "daily reconcile")
+    if not requests:
+        return dg.SkipReason(f"{len(plan.states)} documents, all up to date")
+    return requests
+
+
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    "graphrag_automation",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Carries document changes downstream: merge, resolution, communities, reports, index.",
+)

@@ -1,0 +1,15 @@
+"""Query the published search index (no Dagster needed): local, global and naive search.
+
+    from graphrag_pipeline.query import open_index, query
+    with open_index() as index:
+        result = query(index, "Who sailed on HMS Beagle?", mode="local")
+        print(result.to_dict())
+"""
+
+from .index import DuckDBIndex, IndexNotFoundError, open_index
+from .search import QueryResult, SearchParams, global_search, local_search, naive_search, query
+
+__all__ = [
+    "DuckDBIndex", "IndexNotFoundError", "open_index", "QueryResult", "SearchParams",
+    "local_search", "global_search", "naive_search", "query",
+]

@@ -1,0 +1,123 @@
+"""Read-only access to the published DuckDB search index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from ..config import Paths, default_home
+from ..core.embedding import HashingEmbedder
+
+
+class IndexNotFoundError(FileNotFoundError):
+    pass
+
+
+class DuckDBIndex:
+    """The search index as published by the `search_index` asset (opened read-only)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise IndexNotFoundError(
+                f"no search index at {self.path}: run `graphrag-pipeline build` first (GRAPHRAG_HOME={self.path.parent.parent})"
+            )
+        self.con = duckdb.connect(str(self.path), read_only=True)
+        self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
+        self.dim = int(self.meta.get("embedding_dim", 0))
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "DuckDBIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def embedder(self):
+        model = self.meta.get("embedding_model", "hashing")
+        if model.startswith("hashing"):
+            return HashingEmbedder(self.dim)
+        raise ValueError(f"index was embedded with {model!r}; pass an embedder for it")
+
+    def _rows(self, sql: str, params: list | None = None) -> list[dict]:
+        cur = self.con.execute(sql, params or [])
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def _vec(self, vector: np.ndarray) -> str:
+        return f"?::FLOAT[{self.dim}]"
+
+    def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
+        sql = f"""SELECT key, name, type, description, pagerank, array_inner_product(embedding, {self._vec(vector)}) AS sim
+                  FROM entities WHERE sim >= ? ORDER BY sim DESC, key LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), threshold, k])
+
+    def entities_by_types(self, types: list[str], k: int) -> list[dict]:
+        if not types:
+            return []
+        return self._rows(
+            "SELECT key, name, type, description, pagerank FROM entities WHERE type IN (SELECT unnest(?)) ORDER BY pagerank DESC, key LIMIT ?",
+            [types, k],
+        )
+
+    def entities_by_keys(self, keys: list[str]) -> list[dict]:
+        if not keys:
+            return []
+        return self._rows("SELECT key, name, type, description, pagerank FROM entities WHERE key IN (SELECT unnest(?))", [keys])
+
+    def nhop(self, keys: list[str]) -> list[dict]:
+        if not keys:
+            return []
+        return self._rows("SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?))", [keys])
+
+    def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
+        sql = f"""SELECT source_key, target_key, source, target, description, weight,
+                         array_inner_product(embedding, {self._vec(vector)}) AS sim
+                  FROM relations WHERE sim >= ? ORDER BY sim DESC, source_key, target_key LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), threshold, k])
+
+    def relations_by_pairs(self, pairs: list[tuple[str, str]]) -> list[dict]:
+        if not pairs:
+            return []
+        keys = [f"{a}\x00{b}" for a, b in pairs]
+        return self._rows(
+            "SELECT source_key, target_key, source, target, description, weight FROM relations "
+            "WHERE source_key || chr(0) || target_key IN (SELECT unnest(?))",
+            [keys],
+        )
+
+    def reports_for_entities(self, keys: list[str], k: int) -> list[dict]:
+        if not keys:
+            return []
+        return self._rows(
+            """SELECT community_id, level, title, summary, rating, text,
+                      len(list_intersect(entity_keys, ?)) AS hits
+               FROM community_reports WHERE hits > 0 ORDER BY hits DESC, rating DESC, community_id LIMIT ?""",
+            [keys, k],
+        )
+
+    def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
+        sql = f"""SELECT community_id, level, title, summary, rating, text,
+                         array_inner_product(embedding, {self._vec(vector)}) AS sim
+                  FROM community_reports ORDER BY sim DESC, rating DESC, community_id LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), k])
+
+    def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
+        sql = f"""SELECT chunk_id, doc, position, text, array_inner_product(embedding, {self._vec(vector)}) AS sim
+                  FROM chunks ORDER BY sim DESC, chunk_id LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), k])
+
+    def type_pool(self) -> dict[str, list[str]]:
+        return {t: list(e) for t, e in self.con.execute("SELECT type, entities FROM ty2ents").fetchall()}
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.meta.get("counts", {}))
+
+
+def open_index(home: Path | None = None) -> DuckDBIndex:
+    return DuckDBIndex(Paths(Path(home) if home else default_home()).index_file)

@@ -58,11 +58,17 @@ def _run_job(defs, instance, name: str, tags: dict | None = None) -> tuple[bool,
     for step in result.get_step_failure_events():
         err = step.event_specific_data.error
         _say(f"  FAILED {step.step_key}: {err.message.strip() if err else 'unknown error'}")
+    passed = []
     for ev in result.all_events:
         if ev.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             data = ev.event_specific_data
-            if not data.passed:
-                _say(f"  check failed: {data.check_name} on {data.asset_key.to_user_string()}")
+            if data.passed:
+                passed.append(data.check_name)
+            else:
+                _say(f"  check FAILED: {data.check_name} on {data.asset_key.to_user_string()}: "
+                     + ", ".join(f"{k}={v.value}" for k, v in data.metadata.items()))
+    if passed:
+        _say(f"  checks passed: {', '.join(passed)}")
     return result.success, events
 
 

@@ -3,10 +3,9 @@ import dagster as dg
 from .document_assets import chunks, doc_subgraph
 from .graph_assets import communities, community_reports, knowledge_graph, resolved_graph
 from .index_assets import search_index
-from .partitions import community_partitions, documents_partitions
 
 documents_job = dg.define_asset_job(
-    "documents_job", selection=[chunks, doc_subgraph], partitions_def=documents_partitions,
+    "documents_job", selection=[chunks, doc_subgraph],
     description="Chunk and extract a range of documents in one run.",
 )
 graph_job = dg.define_asset_job(
@@ -14,7 +13,7 @@ graph_job = dg.define_asset_job(
     description="Merge, resolve and cluster the whole corpus.",
 )
 reports_job = dg.define_asset_job(
-    "reports_job", selection=[community_reports], partitions_def=community_partitions,
+    "reports_job", selection=[community_reports],
     description="Write the reports of a range of communities in one run.",
 )
 index_job = dg.define_asset_job("index_job", selection=[search_index], description="Publish the search index.")

@@ -1,0 +1,107 @@
+"""The corpus sensor and the daily reconcile schedule, evaluated against a test instance."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from graphrag_pipeline.defs.corpus_sync import RANGE_END_TAG, RANGE_START_TAG, contiguous_batches
+from graphrag_pipeline.defs.resources import settings_from_env
+from graphrag_pipeline.defs.sensors import corpus_sensor, daily_reconcile
+
+
+@pytest.fixture
+def test_instance(home, corpus):
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def tick(instance, cursor=None) -> dg.SensorResult:
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings_from_env()})
+    result = corpus_sensor(ctx)
+    for req in result.dynamic_partitions_requests or []:
+        if isinstance(req, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        else:
+            for key in req.partition_keys:
+                instance.delete_dynamic_partition(req.partitions_def_name, key)
+    return result
+
+
+def ranges(result) -> list[tuple[str, str]]:
+    return [(r.tags[RANGE_START_TAG], r.tags[RANGE_END_TAG]) for r in result.run_requests if RANGE_START_TAG in r.tags]
+
+
+def test_new_files_become_partitions_and_one_batched_run(test_instance, corpus):
+    result = tick(test_instance)
+    keys = test_instance.get_dynamic_partitions("documents")
+    assert len(keys) == 7
+    assert ranges(result) == [(keys[0], keys[-1])]
+    assert result.run_requests[0].job_name == "documents_job"
+
+    again = tick(test_instance, result.cursor)
+    assert not again.run_requests
+    assert "none new or changed" in (again.skip_reason.skip_message if again.skip_reason else "")
+
+
+def test_changed_file_runs_alone_and_a_b_a_runs_again(test_instance, corpus):
+    cursor = tick(test_instance).cursor
+    doc = corpus / "darwin_and_wallace.txt"
+    original = doc.read_bytes()
+    doc.write_bytes(original + b"\n\nA new paragraph about Joseph Hooker at Kew Gardens.\n")
+    r1 = tick(test_instance, cursor)
+    assert ranges(r1) == [("darwin_and_wallace.txt", "darwin_and_wallace.txt")]
+    doc.write_bytes(original)  # back to A: must run again even though A was processed before
+    r2 = tick(test_instance, r1.cursor)
+    assert ranges(r2) == [("darwin_and_wallace.txt", "darwin_and_wallace.txt")]
+    assert not tick(test_instance, r2.cursor).run_requests
+
+
+def test_bulk_drop_is_batched_into_one_run(test_instance, corpus):
+    cursor = tick(test_instance).cursor
+    drop = corpus / "drop"
+    drop.mkdir()
+    for i in range(120):
+        (drop / f"note_{i:03d}.txt").write_text(f"Note {i} mentions Isaac Newton and the Royal Society.", encoding="utf-8")
+    result = tick(test_instance, cursor)
+    assert len(result.run_requests) == 1
+    keys = test_instance.get_dynamic_partitions("documents")
+    assert len(keys) == 127
+    start, end = ranges(result)[0]
+    assert keys.index(end) - keys.index(start) + 1 == 120
+    assert all(k.startswith("drop--note_") for k in keys[keys.index(start): keys.index(end) + 1])
+
+
+def test_deleted_file_removes_partition_and_requests_the_merge(test_instance, corpus):
+    cursor = tick(test_instance).cursor
+    (corpus / "curie_radioactivity.md").unlink()
+    result = tick(test_instance, cursor)
+    assert "curie_radioactivity.md" not in test_instance.get_dynamic_partitions("documents")
+    assert [r.job_name for r in result.run_requests] == ["graph_job"]
+
+
+def test_daily_reconcile_reruns_documents_that_were_never_processed(test_instance, corpus):
+    tick(test_instance)  # the sensor requested runs, but none executed
+    ctx = dg.build_schedule_context(instance=test_instance, resources={"settings": settings_from_env()})
+    requests = daily_reconcile(ctx)
+    assert isinstance(requests, list) and len(requests) == 1
+    keys = test_instance.get_dynamic_partitions("documents")
+    assert (requests[0].tags[RANGE_START_TAG], requests[0].tags[RANGE_END_TAG]) == (keys[0], keys[-1])
+
+
+def test_contiguous_batches_respects_order_and_size():
+    order = list("abcdefghij")
+    assert contiguous_batches(order, ["b", "c", "e", "f", "g", "j"], 2) == [["b", "c"], ["e", "f"], ["g"], ["j"]]
+    assert contiguous_batches(order, [], 5) == []
+
+
+def test_definitions_load_and_sensors_run_by_default():
+    from graphrag_pipeline.definitions import defs
+
+    dg.Definitions.validate_loadable(defs)
+    assert defs.resolve_sensor_def("corpus_sensor").default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_sensor_def("graphrag_automation").default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_schedule_def("daily_reconcile").default_status == dg.DefaultScheduleStatus.RUNNING
+    graph = defs.resolve_asset_graph()
+    for key in ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index"):
+        assert graph.get(dg.AssetKey(key)).automation_condition is not None, key

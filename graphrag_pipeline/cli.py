@@ -239,8 +239,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
     _say(f"DAGSTER_HOME={paths.dagster_home}")
-    exe = shutil.which("dagster") or "dagster"
-    os.execvp(exe, [exe, "dev", "-m", "graphrag_pipeline.definitions", *args.dagster_args])
+    local = Path(sys.executable).with_name("dagster")
+    exe = str(local) if local.exists() else (shutil.which("dagster") or "dagster")
+    extra = args.dagster_args[1:] if args.dagster_args[:1] == ["--"] else args.dagster_args
+    os.execvp(exe, [exe, "dev", "-m", "graphrag_pipeline.definitions", *extra])
     return 0
 
 

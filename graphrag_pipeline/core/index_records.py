@@ -46,15 +46,20 @@ def _vectors(embedder, texts: list[str], batch: int = 512) -> pl.Series:
 
 
 def nhop_paths(g: nx.Graph) -> pl.DataFrame:
-    """For each node, 1- and 2-hop paths along its strongest edges, with the edge weights."""
+    """For each node, its 2-hop paths along its strongest edges, with the edge weights.
+
+    As in RAGFlow, a path is a full walk of two edges; a neighbour with no further edge gives a
+    1-hop path (RAGFlow drops it). Degree-capped so hubs stay bounded.
+    """
     rows = []
     for node in sorted(g.nodes):
         first = sorted(g[node].items(), key=lambda kv: (-kv[1].get("weight", 1.0), kv[0]))[:NHOP_MAX_NEIGHBOURS]
         for nbr, attr in first:
             w1 = float(attr.get("weight", 1.0))
-            rows.append((node, [node, nbr], [w1]))
             second = [(n2, a2) for n2, a2 in g[nbr].items() if n2 != node]
             second.sort(key=lambda kv: (-kv[1].get("weight", 1.0), kv[0]))
+            if not second:
+                rows.append((node, [node, nbr], [w1]))
             for n2, a2 in second[:NHOP_MAX_SECOND]:
                 rows.append((node, [node, nbr, n2], [w1, float(a2.get("weight", 1.0))]))
     return pl.DataFrame(rows, schema={"entity_key": pl.Utf8, "path": pl.List(pl.Utf8), "weights": pl.List(pl.Float64)}, orient="row")

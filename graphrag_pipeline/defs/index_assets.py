@@ -15,12 +15,18 @@ from .metadata import md_table
 from .partitions import community_partitions, documents_partitions
 from .resources import PipelineSettings
 
+# eager, but never in the same tick as one of its inputs: otherwise the index would be published
+# right after new communities appear and before their reports exist
+PUBLISH_WHEN_SETTLED = EAGER & ~dg.AutomationCondition.any_deps_match(
+    dg.AutomationCondition.will_be_requested()
+).with_label("no input requested this tick")
+
 
 @dg.asset(
     deps=[resolved_graph, communities, community_reports, chunks],
     group_name="index",
     kinds={"duckdb"},
-    automation_condition=EAGER,
+    automation_condition=PUBLISH_WHEN_SETTLED,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
     description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool.",
 )

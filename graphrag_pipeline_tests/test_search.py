@@ -1,0 +1,106 @@
+"""Local search scoring (KGSearch) on a tiny hand-made index: recall, n-hop decay, boosts, ranking."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from graphrag_pipeline.core.duckdb_index import write_duckdb_index
+from graphrag_pipeline.core.embedding import HashingEmbedder
+from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.core.index_records import build_index_tables, nhop_paths
+from graphrag_pipeline.core.graph import to_networkx
+from graphrag_pipeline.core.reports import CommunityReport
+from graphrag_pipeline.query import DuckDBIndex, SearchParams, global_search, local_search, naive_search, query
+from graphrag_pipeline.query.search import QueryAnalysis
+
+NAMES = {"alice": "Alice", "bob": "Bob", "carol": "Carol", "dave": "Dave", "venice": "Venice"}
+TYPES = {"alice": "PERSON", "bob": "PERSON", "carol": "PERSON", "dave": "PERSON", "venice": "GEO"}
+EDGES = [("alice", "bob", 1.0), ("bob", "carol", 4.0), ("carol", "dave", 1.0), ("dave", "venice", 2.0)]
+
+
+def _graph():
+    nodes = pl.DataFrame([{
+        "key": k, "name": n, "type": TYPES[k], "description": f"{n} is someone", "descriptions": [f"{n} is someone"],
+        "source_ids": ["c1"], "doc_ids": ["d1"], "degree": 0, "pagerank": 0.0} for k, n in NAMES.items()], schema=NODE_SCHEMA)
+    edges = pl.DataFrame([{
+        "source_key": a, "target_key": b, "source": NAMES[a], "target": NAMES[b], "description": f"{NAMES[a]} knows {NAMES[b]}",
+        "descriptions": [], "keywords": [], "weight": w, "source_ids": ["c1"], "doc_ids": ["d1"]} for a, b, w in EDGES], schema=EDGE_SCHEMA)
+    return with_metrics(nodes, edges), edges
+
+
+@pytest.fixture
+def index(tmp_path):
+    nodes, edges = _graph()
+    communities = pl.DataFrame({"community_id": ["L0-x", "L0-y"], "level": [0, 0], "nodes": [["alice", "bob"], ["dave", "venice"]],
+                                "size": [2, 2], "weight": [1.0, 0.5]})
+    reports = [
+        CommunityReport("L0-x", 0, "Alice and Bob", "Friends in Oxford", 8.0, "r", [], ["Alice", "Bob"]),
+        CommunityReport("L0-y", 0, "Dave in Venice", "Dave travels to Venice by gondola", 3.0, "r", [], ["Dave", "Venice"]),
+    ]
+    chunks = pl.DataFrame({"chunk_id": ["c1", "c2"], "doc_id": ["d1", "d2"], "doc": ["a.txt", "b.txt"], "position": [0, 0],
+                           "text": ["Alice met Bob in Oxford.", "Dave took a gondola in Venice."]})
+    emb = HashingEmbedder()
+    tables = build_index_tables(nodes, edges, communities, reports, chunks, emb)
+    path = tmp_path / "index.duckdb"
+    write_duckdb_index(tables, path, {"embedding_model": emb.model_id, "embedding_dim": emb.dim})
+    with DuckDBIndex(path) as idx:
+        yield idx
+
+
+def test_nhop_paths_are_two_edge_walks_with_weights():
+    nodes, edges = _graph()
+    paths = nhop_paths(to_networkx(nodes, edges)).filter(pl.col("entity_key") == "alice").to_dicts()
+    assert paths == [{"entity_key": "alice", "path": ["alice", "bob", "carol"], "weights": [1.0, 4.0]}]
+
+
+def test_nhop_similarity_decays_with_distance(index):
+    params = SearchParams(rel_sim_threshold=2.0)  # no relation recall: relations come from n-hop paths only
+    res = local_search(index, "Alice?", params, QueryAnalysis(answer_types=[], entities=["Alice"]))
+    top = res.entities[0]
+    assert top["name"] == "Alice"
+    s_alice = top["score"] / index.entities_by_keys(["alice"])[0]["pagerank"]
+    assert s_alice == pytest.approx(1.0, abs=1e-5)
+    rels = {(r["source"], r["target"]): r["score"] for r in res.relations}
+    # (alice, bob) is hop 0: sim/2 x weight 1 ; (bob, carol) is hop 1: sim/3 x weight 4
+    assert rels[("Alice", "Bob")] == pytest.approx(s_alice / 2 * 1.0, rel=1e-5)
+    assert rels[("Bob", "Carol")] == pytest.approx(s_alice / 3 * 4.0, rel=1e-5)
+    assert list(rels) == [("Bob", "Carol"), ("Alice", "Bob")]  # ranked by sim x weight
+    assert ("Carol", "Dave") not in rels  # three hops away
+    assert res.community_reports[0]["title"] == "Alice and Bob"
+
+
+def test_type_recall_boosts_entities_and_relations(index):
+    params = SearchParams(rel_sim_threshold=2.0)
+    plain = local_search(index, "Alice?", params, QueryAnalysis([], ["Alice"]))
+    typed = local_search(index, "Alice?", params, QueryAnalysis(["PERSON"], ["Alice"]))
+    assert typed.entities[0]["score"] == pytest.approx(2 * plain.entities[0]["score"])
+    p = {(r["source"], r["target"]): r["score"] for r in plain.relations}
+    t = {(r["source"], r["target"]): r["score"] for r in typed.relations}
+    assert t[("Alice", "Bob")] == pytest.approx(3 * p[("Alice", "Bob")])  # both endpoints are PERSON: x (1 + 2)
+
+
+def test_relation_recall_combines_with_nhop(index):
+    res = local_search(index, "Alice knows Bob", SearchParams(rel_sim_threshold=0.3), QueryAnalysis([], ["Alice"]))
+    rels = {(r["source"], r["target"]): r["score"] for r in res.relations}
+    assert ("Alice", "Bob") in rels
+    row = next(r for r in index.relations_by_vector(index.embedder().embed_one("Alice knows Bob"), 10, 0.3)
+               if (r["source_key"], r["target_key"]) == ("alice", "bob"))
+    # recalled by text AND on alice's n-hop path: sim_text x (1 + nhop sim) x weight
+    assert rels[("Alice", "Bob")] == pytest.approx(row["sim"] * (1 + 0.5) * 1.0, rel=1e-4)
+
+
+def test_token_budget_truncates(index):
+    res = local_search(index, "Alice?", SearchParams(max_tokens=12, rel_sim_threshold=2.0), QueryAnalysis([], ["Alice"]))
+    assert len(res.entities) < 5 and not res.community_reports
+
+
+def test_global_and_naive(index):
+    g = global_search(index, "gondola trips in Venice")
+    assert g.community_reports[0]["title"] == "Dave in Venice"
+    n = naive_search(index, "gondola in Venice")
+    assert n.chunks[0]["doc"] == "b.txt"
+    with pytest.raises(ValueError):
+        query(index, "  ", "local")
+    with pytest.raises(ValueError):
+        query(index, "x", "sideways")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -162,7 +163,8 @@ def test_no_relation_across_sentences_or_to_itself():
 
 
 def test_sentence_splitting_keeps_abbreviations_and_decimals():
-    text = "Mr. Darcy met Dr. Watson at 3.5 miles from St. Paul. Later it rained! Did it? Yes\nNo"
+    # (a blank line ends a sentence; a single line break no longer does, see the line-break tests)
+    text = "Mr. Darcy met Dr. Watson at 3.5 miles from St. Paul. Later it rained! Did it? Yes\n\nNo"
     sentences = [text[a:b] for a, b in split_sentences(text)]
     assert sentences == [
         "Mr. Darcy met Dr. Watson at 3.5 miles from St. Paul.",
@@ -210,6 +212,134 @@ def test_dense_sentence_only_links_near_neighbours():
     assert len(x.relations) == 15
 
 
+# ---------------------------------------------------------------------------- line breaks
+
+# A Project Gutenberg style paragraph, hard-wrapped at 70 columns; its first sentence spans 3 lines.
+WRAPPED = (
+    "Early in December Charles Darwin, then only twenty-two years old,\n"
+    "carried his books, his microscope and his guns aboard the little brig\n"
+    "and was shown to the poop cabin he would share with Robert FitzRoy.\n"
+    "The weather stayed foul until the end of the month, and the Beagle\n"
+    "could not leave Plymouth Sound before the twenty-seventh.\n"
+)
+
+
+def test_hard_wrapped_sentence_spans_lines():
+    lines = WRAPPED.splitlines()
+    assert all(55 <= len(line) <= 70 for line in lines)
+    assert "Charles Darwin" in lines[0] and "Robert FitzRoy" in lines[2]
+    sentences = [WRAPPED[a:b] for a, b in split_sentences(WRAPPED)]
+    assert sentences == [WRAPPED[: WRAPPED.index("The weather")].strip(), " ".join(lines[3:5]).replace(" c", "\nc")]
+    x = extract_fast(WRAPPED, "c")
+    r = relation(x, "Charles Darwin", "Robert FitzRoy")
+    assert r is not None and r.weight == 1.0
+    assert r.description == " ".join(lines[:3])  # line breaks folded to blanks
+    assert relation(x, "Beagle", "Plymouth Sound") is not None
+    assert relation(x, "Robert FitzRoy", "Beagle") is None
+    # exactly the result of the same text on one line
+    assert x.to_dict() == extract_fast(" ".join(lines), "c").to_dict()
+
+
+@pytest.mark.parametrize("width", [20, 33, 45, 60, 70, 72, 79])
+def test_wrapping_at_any_width_changes_nothing(width):
+    text = DARWIN + ' Later Dr. Watson met Jean-Paul Sartre and read "On the Origin of Species" in Kent.'
+    wrapped = textwrap.fill(text, width, break_on_hyphens=False)
+    assert wrapped.count("\n") >= 3
+    assert extract_fast(wrapped, "c").to_dict() == extract_fast(text, "c").to_dict()
+    indented = textwrap.fill(text, width, initial_indent="    ", break_on_hyphens=False)  # paragraph indent
+    assert extract_fast(indented, "c").to_dict() == extract_fast(text, "c").to_dict()
+
+
+@pytest.mark.parametrize("gap", ["\n\n", "\n   \n", "\r\n\r\n", "\n\n\n", "\x0c", "\u2029"])
+def test_paragraph_break_ends_a_sentence(gap):
+    text = f"Later Darwin sailed from Plymouth with{gap}captain FitzRoy and Henslow in the Beagle"
+    x = extract_fast(text, "c")
+    assert relation(x, "Darwin", "FitzRoy") is None
+    assert relation(x, "Darwin", "Plymouth") is not None
+    assert relation(x, "FitzRoy", "Henslow") is not None
+    assert len(split_sentences(text)) == 2
+
+
+def test_line_ending_with_final_punctuation_ends_a_sentence():
+    text = "Later Darwin sailed to Brazil.\nThen FitzRoy stayed\nin Plymouth with Henslow."
+    assert [text[a:b] for a, b in split_sentences(text)] == [
+        "Later Darwin sailed to Brazil.",
+        "Then FitzRoy stayed\nin Plymouth with Henslow.",
+    ]
+    x = extract_fast(text, "c")
+    assert relation(x, "Darwin", "FitzRoy") is None
+    assert relation(x, "FitzRoy", "Henslow") is not None
+    for end in ("!", "?", '."', ".)", ":"):
+        text = f"Later Darwin sailed to Brazil{end}\nThen FitzRoy stayed in Plymouth."
+        assert len(split_sentences(text)) == 2, end
+        assert relation(extract_fast(text, "c"), "Darwin", "FitzRoy") is None
+    # an abbreviation or an initial at the end of a line does not end the sentence
+    text = (
+        "In the winter of that year Darwin travelled with Mr.\n"
+        "Darcy to Bath, where both of them called upon old J.\n"
+        "Smith and his wife at their house near the Abbey."
+    )
+    assert len(split_sentences(text)) == 1
+    assert relation(extract_fast(text, "c"), "Mr. Darcy", "J. Smith") is not None
+
+
+@pytest.mark.parametrize("heading", ["CHAPTER I", "CHAPTER I.", "Chapter 1. The Voyage", "   CHAPTER IV   "])
+def test_heading_line_does_not_glue_to_the_next_sentence(heading):
+    text = heading + "\n" + WRAPPED
+    sentences = [text[a:b] for a, b in split_sentences(text)]
+    assert sentences[-2].startswith("Early in December")
+    assert " ".join(sentences[:-2]) == heading.strip()  # "Chapter 1." and "The Voyage" are two
+    x = extract_fast(text, "c")
+    ents = by_key(x)
+    assert "charles darwin" in ents and "chapter" not in ents
+    assert not any("early" in key or ("darwin" in key and key != "charles darwin") for key in ents)
+    heading_keys = set(ents) - set(by_key(extract_fast(WRAPPED, "c")))
+    assert all(heading_keys.isdisjoint({entity_key(r.source), entity_key(r.target)}) for r in x.relations)
+    assert relation(x, "Charles Darwin", "Robert FitzRoy") is not None
+
+
+def test_short_lines_that_are_headings_or_list_items_end_sentences():
+    text = "The crew\n- Charles Darwin\n- Robert FitzRoy\n* Syms Covington\n1. John Henslow\n2) Adam Sedgwick"
+    x = extract_fast(text, "c")
+    assert {"charles darwin", "robert fitzroy", "syms covington", "john henslow", "adam sedgwick"} <= set(by_key(x))
+    assert x.relations == []
+    # a list item that wraps onto a second line
+    text = "- Later Darwin sailed with FitzRoy and\n  Henslow\n- Later Sedgwick and Lyell stayed"
+    x = extract_fast(text, "c")
+    assert relation(x, "FitzRoy", "Henslow") and relation(x, "Sedgwick", "Lyell")
+    assert relation(x, "Henslow", "Sedgwick") is None
+    # a table of contents before hard-wrapped prose: every entry stands alone
+    toc = "CONTENTS\n\nThe Voyage Out\nRio de Janeiro\nBahia Blanca and Buenos Aires\nTierra del Fuego\n\n"
+    x = extract_fast(toc + WRAPPED, "c")
+    ents = by_key(x)
+    assert {"voyage out", "rio de janeiro", "bahia blanca", "buenos aires", "tierra del fuego"} <= set(ents)
+    assert [(r.source, r.target) for r in x.relations[:1]] == [("Bahia Blanca", "Buenos Aires")]
+    assert relation(x, "Buenos Aires", "Tierra del Fuego") is None
+
+
+def test_short_lines_that_go_on_do_not_end_sentences():
+    # a following lowercase word, a line ending in a stop word or a comma, and a hard wrap before
+    # a word too long for the line all continue the sentence
+    for text in (
+        "Later Darwin met\nthe captain FitzRoy.",
+        "Later Darwin and\nFitzRoy met.",
+        "Later Darwin,\nFitzRoy met.",
+        "Darwin met Henslow\nFitzRoy",
+    ):
+        assert len(split_sentences(text)) == 1, text
+    # a short line before a capital is a hard wrap only if the capitalized word would not have fit
+    text = "Later in the cold spring of that year Darwin met Henslow\nFitzRoy and Sedgwick went to Wales."
+    assert len(split_sentences(text)) == 1
+    text = "Later Darwin met Henslow\nFitzRoy and Sedgwick went on the long excursion to Wales."
+    assert len(split_sentences(text)) == 2
+
+
+def test_relation_weight_counts_multi_line_sentences_once():
+    text = "Later Darwin wrote to FitzRoy, and\nFitzRoy answered Darwin at once.\nDarwin thanked FitzRoy."
+    x = extract_fast(text, "c")
+    assert relation(x, "Darwin", "FitzRoy").weight == 2.0
+
+
 # ---------------------------------------------------------------------------- Chinese
 
 
@@ -233,6 +363,31 @@ def test_chinese_book_title_is_work():
     assert "星槎" not in ents and "胜览" not in ents
 
 
+def test_chinese_hard_wrap_keeps_the_sentence():
+    one_line = "永乐三年，明成祖命郑和率领船队从南京出发，前往西洋。郑和后来在南京去世。"
+    for wrapped in (
+        "永乐三年，明成祖命郑和率领船队从南\n京出发，前往西洋。郑和后来在南京去世。",  # inside a word
+        "永乐三年，明成祖命郑和率领船队\n从南京出发，\n前往西洋。郑和后来在南京去世。",
+        "永乐三年，明成祖命郑和\r\n  率领船队从南京出发，前往西洋。\n郑和后来在南京去世。",
+    ):
+        assert len(split_sentences(wrapped)) == 2
+        x = extract_fast(wrapped, "zh")
+        r = relation(x, "郑和", "南京")
+        assert r is not None and r.weight == 2.0
+        assert r.description == "永乐三年，明成祖命郑和率领船队从南京出发，前往西洋。"
+        assert x.to_dict() == extract_fast(one_line, "zh").to_dict()
+    wrapped = "\n".join(ZHENG_HE[i : i + 9] for i in range(0, len(ZHENG_HE), 9))
+    assert extract_fast(wrapped, "zh").to_dict() == extract_fast(ZHENG_HE, "zh").to_dict()
+    wrapped = ZHENG_HE.replace("《星槎", "《星槎\n")
+    assert "星槎胜览" in by_key(extract_fast(wrapped, "zh"))
+
+
+def test_chinese_blank_line_and_chapter_heading_end_sentences():
+    text = "第一章 下西洋\n明成祖命郑和率领船队\n\n从南京出发"
+    assert [text[a:b] for a, b in split_sentences(text)] == ["第一章 下西洋", "明成祖命郑和率领船队", "从南京出发"]
+    assert relation(extract_fast(text, "zh"), "郑和", "南京") is None
+
+
 def test_mixed_chinese_and_english():
     text = "郑和从南京出发。Later Charles Darwin sailed on HMS Beagle，也读过《星槎胜览》。"
     x = extract_fast(text, "mix")
@@ -244,6 +399,98 @@ def test_mixed_chinese_and_english():
     for r in x.relations:  # words inside the book title are not keywords
         assert not {"星槎", "胜览"} & set(r.keywords)
     assert relation(x, "郑和", "Charles Darwin") is None
+
+
+# ---------------------------------------------------------------------------- person typing
+
+
+def test_common_given_name_makes_a_person():
+    text = (
+        "Later Alan Turing worked at Bletchley Park. Marie Curie visited London and Paris. "
+        "Isaac Newton led the Royal Society. Later Ada Lovelace met Charles Babbage and Jean-Paul Sartre."
+    )
+    ents = by_key(extract_fast(text, "c"))
+    persons = ("alan turing", "marie curie", "isaac newton", "ada lovelace", "charles babbage", "jean-paul sartre")
+    for key in persons:
+        assert ents[key].type == "PERSON", key
+    assert ents["royal society"].type == "ORGANIZATION"
+    assert ents["london"].type != "PERSON" and ents["paris"].type != "PERSON"
+    assert ents["bletchley park"].type != "PERSON"
+    assert by_key(extract_fast(DARWIN, "c"))["charles darwin"].type == "PERSON"
+
+
+def test_type_words_win_over_given_names():
+    text = "Later Charles River, James Bay, Elizabeth Street and Victoria Falls. Later the Albert Society met."
+    ents = by_key(extract_fast(text, "c"))
+    assert ents["charles river"].type == "GEO"
+    assert ents["james bay"].type == "GEO"
+    assert ents["elizabeth street"].type == "GEO"
+    assert ents["victoria falls"].type == "GEO"
+    assert ents["albert society"].type == "ORGANIZATION"
+
+
+def test_person_cues_in_the_sentence():
+    text = (
+        "Later Srinivasa Ramanujan, who came from Madras, wrote to Cambridge. "
+        "Chandrasekhara Venkata Raman was born in Tiruchirappalli. "
+        "Later Subrahmanyan Chandrasekhar died in Chicago. "
+        "Later Pyotr Kapitza married Anna. "
+        "Later Hideki Yukawa his friend and Chien-Shiung Wu her student arrived. "
+        "The mathematician Emmy Noether left Germany. The astronomer Tycho Brahe watched. "
+        "The explorer Fridtjof Nansen sailed.\nThe physicist\nWolfgang Pauli stayed."
+    )
+    ents = by_key(extract_fast(text, "c"))
+    for key in (
+        "srinivasa ramanujan",
+        "chandrasekhara venkata raman",
+        "subrahmanyan chandrasekhar",
+        "hideki yukawa",
+        "chien-shiung wu",
+        "emmy noether",
+        "tycho brahe",
+        "fridtjof nansen",
+        "wolfgang pauli",
+    ):
+        assert ents[key].type == "PERSON", key
+    for key in ("madras", "cambridge", "tiruchirappalli", "chicago", "germany"):
+        assert ents[key].type != "PERSON", key
+
+
+def test_person_cues_need_their_place():
+    text = (
+        "In New York his career began. In Buenos Aires, who knows? "
+        "The crowds of New Orleans, who cheered, saw Bletchley Park."
+    )
+    ents = by_key(extract_fast(text, "c"))
+    for key in ("new york", "buenos aires", "new orleans", "bletchley park"):
+        assert ents[key].type != "PERSON", key
+    # one-word names are not typed by cues: only a multi-word name is
+    ents = by_key(extract_fast("Later Turing died. The naturalist Darwin wrote. Later we met Darwin.", "c"))
+    assert ents["turing"].type == "ENTITY" and ents["darwin"].type == "ENTITY"
+
+
+def test_surname_of_a_person_is_a_person():
+    ents = by_key(extract_fast(DARWIN, "c1"))
+    assert ents["darwin"].type == "PERSON"  # "Charles Darwin"
+    assert ents["fitzroy"].type == "PERSON"  # "Captain Robert FitzRoy"
+    assert ents["shrewsbury"].type == "ENTITY" and ents["brazil"].type == "ENTITY"
+    text = "Later Alan Turing joined Bletchley Park. Turing worked near London with Knox."
+    ents = by_key(extract_fast(text, "c"))
+    assert ents["turing"].type == "PERSON"
+    assert ents["london"].type == "ENTITY" and ents["knox"].type == "ENTITY"
+    assert ents["bletchley park"].type == "ENTITY"
+    # only within the chunk
+    assert by_key(extract_fast("Later Turing worked near London with Knox.", "c"))["turing"].type == "ENTITY"
+
+
+def test_given_name_list_is_compact():
+    from graphrag_pipeline.core.extract_fast import GIVEN_NAMES
+
+    assert 200 <= len(GIVEN_NAMES) <= 400
+    common = {"charles", "alan", "marie", "isaac", "ada", "robert", "john", "william", "mary", "elizabeth"}
+    assert common <= GIVEN_NAMES
+    assert not {"georgia", "virginia", "will", "mark", "may", "grace", "norman", "london"} & GIVEN_NAMES
+    assert all(name == name.lower() for name in GIVEN_NAMES)
 
 
 # ---------------------------------------------------------------------------- robustness

@@ -6,9 +6,14 @@ Offline, deterministic and pure Python. Entities are named-entity-like noun phra
   "of"/"de"/"van", honorifics like "Mr." attached, acronyms, hyphenated names), typed by simple
   keyword heuristics ("... Society" -> ORGANIZATION, "River ..." -> GEO, "Battle of ..." -> EVENT,
   "Dr. ..." -> PERSON).
+  A multi-word name is also a PERSON when it starts with a common given name ("Charles Darwin"),
+  or the sentence says so ("... was born", ", who", "the naturalist ..."); a one-word name that
+  ends a PERSON name of the chunk ("Darwin") is a PERSON too.
 * Chinese (Han script): jieba POS tags nr*/ns*/nt*/nz, and book titles in 《》 as WORK.
 
 Relations are co-occurrences of two entities in one sentence, weighted by the number of sentences.
+Sentences end at . ! ? 。！？； and at paragraph breaks, but run on across the line breaks of
+hard-wrapped text (Project Gutenberg style); see `split_sentences`.
 
     extract_fast(text, chunk_id, max_entities=60) -> Extraction
 """
@@ -19,6 +24,7 @@ import bisect
 import logging
 import re
 import threading
+import unicodedata
 import warnings
 from dataclasses import dataclass
 
@@ -34,6 +40,7 @@ NEIGHBOURS = 2
 MAX_NAME_WORDS = 8
 MAX_WORD_CHARS = 40
 KEYWORD_SCAN = 200  # tokens scanned on each side of a pair when looking for keywords
+HEADING_MAX = 60  # a line at least this long never ends a sentence without punctuation
 
 # --------------------------------------------------------------------------------------------
 # Word lists (all lowercase)
@@ -126,6 +133,59 @@ PERSON_TITLES = _words(
     countess baron baroness madame mme mademoiselle mlle monsieur herr frau señor señora don doña
     """
 )
+# Common given names: a multi-word name starting with one is a PERSON ("Charles Darwin"). Names
+# that are also places or common capitalized words (Georgia, Virginia, Will, Mark, Grace, May,
+# Norman, ...) are left out on purpose.
+GIVEN_NAMES = _words(
+    """
+    aaron abraham adam adrian alan albert alexander alfred ambrose andrew angus anthony archibald
+    arthur augustus bartholomew basil benedict benjamin bernard bertrand brian cecil cedric charles
+    christopher clarence claude clement clifford colin conrad cornelius cyril daniel david dennis
+    derek donald douglas duncan edgar edmund edward edwin elias elijah emmanuel eric ernest eugene
+    ezra felix francis frank frederick gabriel geoffrey george gerald gilbert godfrey gordon graham
+    gregory harold harry henry herbert horace horatio howard hubert hugh isaac isaiah jacob james
+    jeremiah jeremy jesse john jonathan joseph joshua josiah julian julius kenneth lawrence leonard
+    levi lionel louis lucas luke malcolm martin matthew michael moses nathan nathaniel neville
+    nicholas nigel noah oliver oscar oswald patrick percy peter philip ralph raymond reginald
+    richard robert roger ronald rudolph rupert samuel sebastian simon solomon stanley stephen
+    theodore thomas timothy ulysses victor vincent wallace walter warren wilfred william winston
+    zachary abigail ada agatha agnes alice amelia amy anna anne annie antoinette barbara beatrice
+    beatrix bertha blanche bridget caroline cassandra catherine cecilia charlotte clara clarissa
+    constance cornelia deborah diana dorothea dorothy edith eleanor elinor eliza elizabeth ellen
+    elsie emily emma esther ethel eugenia eva evelyn fanny florence frances georgiana gertrude
+    hannah harriet helen helena henrietta hester ida irene isabel isabella jane janet jessica joan
+    joanna johanna josephine judith julia juliet kate katharine katherine kathleen laura lilian
+    lillian louisa louise lucy lydia mabel margaret margery maria marian marianne marjorie martha
+    mary matilda maud mildred miriam nancy nelly nora olive olivia pauline penelope phoebe rachel
+    rebecca rosalie rosalind ruth sally sarah sophia sophie susan susanna teresa theresa ursula
+    winifred jean pierre jacques françois francois henri antoine rené rene étienne etienne émile
+    emile marcel michel paul andré andre gaston honoré honore nicolas maurice blaise auguste
+    gustave camille marguerite jeanne madeleine geneviève genevieve simone marie johann johannes
+    friedrich wilhelm heinrich karl carl ludwig wolfgang hans gottfried gustav otto max hermann
+    ernst werner erwin fritz georg konrad dietrich albrecht franz immanuel rudolf gregor lise emmy
+    hedwig giovanni giuseppe giacomo leonardo galileo alessandro antonio francesco lorenzo luigi
+    marco niccolò niccolo pietro enrico vittorio dante michelangelo juan josé jose carlos miguel
+    pedro diego fernando francisco manuel luis rafael vasco pieter willem hendrik christiaan niels
+    søren soren anders lars nils gustaf tycho ivan dmitri fyodor lev leo nikolai nikola mikhail
+    sergei alexei anton vladimir pyotr boris yuri tatiana natalia olga nicolaus
+    """
+)
+# A lowercase word right before a multi-word name that marks it as a PERSON ("the naturalist ...").
+ROLE_WORDS = _words(
+    """
+    naturalist mathematician physicist chemist scientist professor captain engineer author poet
+    astronomer botanist geologist biologist philosopher explorer admiral emperor king queen
+    zoologist anatomist physician surgeon inventor novelist painter composer historian
+    """
+)
+# "In New York his ...": "his"/"her" or ", who" after a name that follows these is no person cue.
+PREPOSITIONS = _words(
+    """
+    in at on from to of by near for with into onto across through throughout around over under
+    after before during since until till toward towards within without between among against
+    along beyond upon via about behind beside
+    """
+)
 ORG_WORDS = _words(
     """
     society university college company corporation corp inc ltd institute institution school
@@ -182,18 +242,37 @@ _ALNUM = f"[^\\W_{_HAN_RANGES}]"
 # A word: dotted acronym ("U.S."), or letters/digits with inner hyphens and apostrophes.
 _WORD = re.compile(f"(?:{_LETTER}\\.){{2,}}|{_LETTER}{_ALNUM}*(?:[-'\u2019]{_ALNUM}+)*")
 _LINE_BREAKS = "\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029"
+_PARAGRAPH_SEPARATORS = "\x0c\x1c\x1d\x1e\u2029"  # a line break that always ends a paragraph
+_NEWLINE = re.compile(f"\r\n|[{_LINE_BREAKS}]")
 _CLOSERS = "\"'\u201d\u2019\u00bb)]"  # closing quotes and brackets after a full stop
+_CJK_CLOSERS = "\u201d\u2019\u300d\u300f\uff09)"
 _BOUNDARY = re.compile(
     f"[.!?]+[{re.escape(_CLOSERS)}]*(?=\\s|$)"  # . ! ? followed by a blank or the end
-    "|[\u3002\uff01\uff1f\uff1b]+[\u201d\u2019\u300d\u300f\uff09)]*"  # 。！？；
-    f"|[{_LINE_BREAKS}]+"
+    f"|[\u3002\uff01\uff1f\uff1b]+[{_CJK_CLOSERS}]*"  # 。！？；
 )
 _TAIL_WORD = re.compile(r"(\w+)$")
 _SPACES = re.compile(r"\s+")
+# A line break between two Han characters, or next to CJK punctuation, is a hard wrap, not a blank.
+_CJK_PUNCT = "\u3001-\u303f\uff00-\uffef"
+_WRAP = f"[^\\S{_LINE_BREAKS}]*(?:\r\n|[{_LINE_BREAKS}])\\s*"
+_CJK_WRAP = re.compile(
+    f"(?<=[{_HAN_RANGES}{_CJK_PUNCT}]){_WRAP}(?=[{_HAN_RANGES}])"
+    f"|(?<=[{_CJK_PUNCT}]){_WRAP}"
+    f"|{_WRAP}(?=[{_CJK_PUNCT}])"
+)
+# A line that starts a list item ("- ...", "* ...", "• ...", "12. ...", "3) ...").
+_BULLET = re.compile("(?:[-*\u2022\u2023\u25e6\u25aa\u00b7]|\\d{1,3}[.)])\\s")
+# A Chinese chapter heading ("第一章", "第十二回").
+_HAN_CHAPTER = re.compile("第[\\d〇零一二三四五六七八九十百千两]+[章回节卷部篇集幕]")
+_OPENERS = "\"'\u201c\u2018\u00ab([_"  # skipped before the first letter of a line
+_CONTINUATION = ",;-\u2010\u2013\u2014(/&"  # a line ending in these goes on
 _BOOK_TITLE = re.compile("\u300a([^\u300a\u300b]{1,50})\u300b")  # 《...》
 _QUOTED = re.compile("[\"\u201c\u00ab]([^\"\u201c\u201d\u00ab\u00bb]{3,100})[\"\u201d\u00bb]")
 _TITLE_WORD = re.compile(r"[\w'\u2019-]+:?")
 _NAME_WORD = re.compile(r"\w+")
+# Person cues right after a name; "weak" ones do not count after a preposition.
+_PERSON_AFTER = re.compile(r"\s+(?:was\s+born|died|married)\b|(?P<weak>\s*,\s*who|\s+(?:his|her))\b")
+_PREVIOUS_WORD = re.compile(r"(\w+)\s+$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,12 +305,24 @@ def extract_fast(text: str, chunk_id: str, *, max_entities: int = 60) -> Extract
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) offsets of the non-blank sentences of `text`.
 
-    Splits on . ! ? 。！？； and line breaks; a '.' after an abbreviation ("Mr.", "e.g.") or an
-    initial ("J. Smith") does not split, nor one inside a number ("3.5").
+    Splits on . ! ? and 。！？； (a '.' after an abbreviation ("Mr.", "e.g.") or an initial
+    ("J. Smith") does not split, nor one inside a number ("3.5")). Line breaks are hard wraps
+    unless `_line_cuts` says otherwise: a blank line always ends a sentence, a single line break
+    only after a line ending in ':', a heading or a list item (and a '.' at the end of a line
+    splits as it does anywhere).
     """
     spans: list[tuple[int, int]] = []
     start = 0
-    for m in _BOUNDARY.finditer(text):
+    for cut in _line_cuts(text):
+        _split_segment(text, start, cut, spans)
+        start = cut
+    _split_segment(text, start, len(text), spans)
+    return spans
+
+
+def _split_segment(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
+    """Append the sentences of text[start:end], split at sentence-final punctuation."""
+    for m in _BOUNDARY.finditer(text, start, end):
         if m.group().rstrip(_CLOSERS) == ".":
             tail = _TAIL_WORD.search(text, max(start, m.start() - 20), m.start())
             if tail:
@@ -240,8 +331,74 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
                     continue
         _add_span(text, start, m.end(), spans)
         start = m.end()
-    _add_span(text, start, len(text), spans)
-    return spans
+    _add_span(text, start, end, spans)
+
+
+def _line_cuts(text: str) -> list[int]:
+    """Offsets of the line breaks that end a sentence whatever the punctuation says.
+
+    Paragraph breaks (a blank line, a form feed, U+2029) always do. Inside a paragraph, a line
+    break ends a sentence after a line that `_ends_sentence` judges to be a heading, a list item or
+    a line ending in ':'; any other line break is a hard wrap (the sentence goes on).
+    """
+    if not _NEWLINE.search(text):
+        return []
+    # (end of the line's content, its stripped content, its length with the indent, the break)
+    lines: list[tuple[int, str, int, str]] = []
+    pos = 0
+    for m in _NEWLINE.finditer(text):
+        line = text[pos : m.start()].rstrip()
+        lines.append((m.start(), line.lstrip(), len(line), m.group()))
+        pos = m.end()
+    line = text[pos:].rstrip()
+    lines.append((len(text), line.lstrip(), len(line), ""))
+    lengths = sorted(n for _, line, n, _ in lines if line)
+    median = lengths[len(lengths) // 2] if lengths else 0
+
+    cuts: list[int] = []
+    paragraph: list[tuple[int, str, int, str]] = []
+    for k, (end, line, n, brk) in enumerate(lines):
+        if line:
+            paragraph.append((end, line, n, brk))
+        if paragraph and (not line or brk in _PARAGRAPH_SEPARATORS or k == len(lines) - 1):
+            # the wrap width: the paragraph's longest line, or the chunk's typical one if longer
+            width = max(median, max(n for _, _, n, _ in paragraph))
+            for (end_a, a, n_a, _), (_, b, _, _) in zip(paragraph, paragraph[1:]):
+                if _ends_sentence(a, n_a, b, width):
+                    cuts.append(end_a)
+            cuts.append(paragraph[-1][0])
+            paragraph = []
+    return cuts
+
+
+def _ends_sentence(line: str, length: int, nxt: str, width: int) -> bool:
+    """Does a single line break after `line` (`length` characters with its indent; followed by
+    `nxt`; both stripped) end a sentence?
+
+    Yes after ':' (the other final punctuation splits anyway), between two list items, and after a
+    Chinese chapter heading. Otherwise a line ending in a Han character goes on (Chinese hard wrap),
+    and so does a line of HEADING_MAX characters or more, one ending in a connector (",", "-", a
+    lowercase stop word) and one whose break is a hard wrap at `width` (the next line's first word
+    would not have fit on it). What is left ends a sentence when the next line is a list item, or
+    starts with a capital and the line itself does not start in lowercase (a heading, a title).
+    """
+    if line.rstrip(_CLOSERS + _CJK_CLOSERS).endswith((":", "\uff1a")):
+        return True
+    if _BULLET.match(line) and _BULLET.match(nxt):
+        return True
+    if _HAN.match(line[-1]):
+        return len(line) < HEADING_MAX and _HAN_CHAPTER.match(line) is not None
+    if len(line) >= HEADING_MAX or line[-1] in _CONTINUATION:
+        return False
+    tail = _TAIL_WORD.search(line)
+    if tail and tail.group(1).islower() and tail.group(1) in STOP_WORDS:
+        return False
+    if length + 1 + len(nxt.split(None, 1)[0]) > width:
+        return False  # the next word did not fit: a hard wrap
+    if _BULLET.match(nxt):
+        return True
+    head = nxt.lstrip(_OPENERS)
+    return bool(head) and head[0].isupper() and not line[0].islower()
 
 
 def _add_span(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
@@ -269,7 +426,7 @@ class _Doc:
         if i not in self._display:
             start, end = self.sentences[i]
             stop = min(end, start + 4 * DESCRIPTION_LIMIT)
-            folded = _SPACES.sub(" ", self.text[start:stop]).strip()
+            folded = _fold(self.text[start:stop])
             self._display[i] = _trim(folded, force=stop < end)
         return self._display[i]
 
@@ -297,6 +454,11 @@ class _Doc:
             found.sort()
             self._keyword_candidates[i] = ([p for p, _ in found], [w for _, w in found])
         return self._keyword_candidates[i]
+
+
+def _fold(s: str) -> str:
+    """`s` on one line: hard wraps between CJK characters removed, other blanks folded to a space."""
+    return _SPACES.sub(" ", _CJK_WRAP.sub("", s)).strip()
 
 
 def _trim(s: str, limit: int = DESCRIPTION_LIMIT, force: bool = False) -> str:
@@ -366,7 +528,7 @@ def _find_mentions(doc: _Doc) -> list[_Mention]:
     result: list[_Mention] = []
     for i, (mentions, parts) in enumerate(per_sentence):
         for part in parts:
-            mention = _latin_mention(part, i, corroborated)
+            mention = _latin_mention(part, i, corroborated, text, doc.sentences[i])
             if mention is not None:
                 mentions.append(mention)
         mentions.sort(key=lambda m: (m.start, -m.end))
@@ -389,7 +551,7 @@ def _titles(text: str, i: int, start: int, end: int, out: list[_Mention]) -> lis
 
 
 def _add_title(m: re.Match, i: int, out: list[_Mention], covered: list[tuple[int, int]]) -> None:
-    name = clean_name(m.group(1))
+    name = clean_name(_CJK_WRAP.sub("", m.group(1)))
     key = entity_key(name)
     if key and any(ch.isalnum() for ch in key):
         out.append(_Mention(key, name, "WORK", i, m.start(), m.end()))
@@ -398,7 +560,7 @@ def _add_title(m: re.Match, i: int, out: list[_Mention], covered: list[tuple[int
 
 def _is_title_case(s: str) -> bool:
     """A quoted phrase looks like a title: 2-12 words, all capitalized but small words, no . , ! ?"""
-    if any(ch in s for ch in ".,!?;\n"):
+    if any(ch in s for ch in ".,!?;"):
         return False
     words = s.split()
     if not 2 <= len(words) <= 12 or not all(_TITLE_WORD.fullmatch(w) for w in words):
@@ -533,8 +695,10 @@ def _strip(part: list[_Tok]) -> list[_Tok]:
     return part[i:j]
 
 
-def _latin_mention(part: list[_Tok], sentence: int, corroborated: set[str]) -> _Mention | None:
-    """The mention for a name candidate, or None if it is not entity-like."""
+def _latin_mention(
+    part: list[_Tok], sentence: int, corroborated: set[str], text: str, span: tuple[int, int]
+) -> _Mention | None:
+    """The mention for a name candidate of the sentence at `span`, or None if it is not entity-like."""
     first = part[0]
     if first.initial and not first.acronym and first.base not in corroborated:
         if len(part) == 1:
@@ -558,7 +722,33 @@ def _latin_mention(part: list[_Tok], sentence: int, corroborated: set[str]) -> _
     key = entity_key(name)
     if not key:
         return None
-    return _Mention(key, name, _latin_type(part), sentence, part[0].start, part[-1].end)
+    start, end = part[0].start, part[-1].end
+    etype = _latin_type(part)
+    if etype == "ENTITY" and len(part) > 1 and _person_context(text, start, end, span):
+        etype = "PERSON"
+    return _Mention(key, name, etype, sentence, start, end)
+
+
+def _person_context(text: str, start: int, end: int, span: tuple[int, int]) -> bool:
+    """Does the sentence at `span` show the name at text[start:end] to be a person?
+
+    "<name> was born / died / married", "<name>, who" and "<name> his/her" (the last two not after
+    a preposition: "in New York, who ..."), or a role word before it ("the naturalist <name>").
+    """
+    after = _PERSON_AFTER.match(text, end, span[1])
+    before = _previous_word(text, start, span[0])
+    if after is not None:
+        return after.lastgroup != "weak" or before not in PREPOSITIONS
+    return before in ROLE_WORDS
+
+
+def _previous_word(text: str, start: int, limit: int) -> str:
+    """The lowercased word just before text[start] (only blanks between), or "" if there is none."""
+    lo = max(limit, start - 40)
+    m = _PREVIOUS_WORD.search(text, lo, start)
+    if m is None or (m.start() == lo and lo > limit and text[lo - 1].isalnum()):
+        return ""
+    return m.group(1).lower()
 
 
 def _latin_type(part: list[_Tok]) -> str:
@@ -573,7 +763,16 @@ def _latin_type(part: list[_Tok]) -> str:
                 return etype
     if words[0] in PERSON_TITLES:
         return "PERSON"
+    if len(part) > 1 and _is_given_name(words[0]):
+        return "PERSON"
     return "ENTITY"
+
+
+def _is_given_name(word: str) -> bool:
+    """Is the lowercase `word` (or its first half, "jean" of "jean-paul") a common given name?"""
+    if not word.isascii():
+        word = unicodedata.normalize("NFC", word)
+    return word in GIVEN_NAMES or word.split("-", 1)[0] in GIVEN_NAMES
 
 
 # --------------------------------------------------------------------------------------------
@@ -602,17 +801,34 @@ def _posseg():
     return _POSSEG
 
 
-def _pos_tag(text: str, offset: int) -> list[tuple[int, str, str]]:
-    """(position, word, flag) for the jieba POS-tagged words of `text`."""
+def _pos_tag(text: str, offset: int) -> list[tuple[int, int, str, str]]:
+    """(start, end, word, flag) for the jieba POS-tagged words of `text`.
+
+    Hard wraps between CJK characters are removed before tagging (a line break may fall inside a
+    word, "南\\n京"), and positions are mapped back to `text`.
+    """
+    index: list[int] | None = None  # position in `text` of each character of the joined text
+    if _CJK_WRAP.search(text):
+        pieces, index, pos = [], [], 0
+        for m in _CJK_WRAP.finditer(text):
+            pieces.append(text[pos : m.start()])
+            index.extend(range(pos, m.start()))
+            pos = m.end()
+        pieces.append(text[pos:])
+        index.extend(range(pos, len(text)))
+        text = "".join(pieces)
     out = []
     pos = 0
     for pair in _posseg().cut(text):
         word, flag = pair.word, pair.flag
         found = pos if text.startswith(word, pos) else text.find(word, pos)
-        if found < 0:
+        if found < 0 or not word:
             continue
-        out.append((offset + found, word, flag))
         pos = found + len(word)
+        if index is None:
+            out.append((offset + found, offset + pos, word, flag))
+        else:
+            out.append((offset + index[found], offset + index[pos - 1] + 1, word, flag))
     return out
 
 
@@ -633,8 +849,8 @@ def _han_mentions(doc: _Doc, i: int, covered: list[tuple[int, int]], out: list[_
     """Mentions of Chinese proper nouns in sentence i (words of one character dropped)."""
     start, end = doc.sentences[i]
     words = _pos_tag(doc.text[start:end], start)
-    doc.han_words[i] = words
-    for pos, word, flag in words:
+    doc.han_words[i] = [(pos, word, flag) for pos, _, word, flag in words]
+    for pos, stop, word, flag in words:
         if len(word) < 2 or not _HAN.search(word) or _inside(covered, pos):
             continue
         etype = _han_type(word, flag)
@@ -643,7 +859,7 @@ def _han_mentions(doc: _Doc, i: int, covered: list[tuple[int, int]], out: list[_
         name = clean_name(word)
         key = entity_key(name)
         if key:
-            out.append(_Mention(key, name, etype, i, pos, pos + len(word)))
+            out.append(_Mention(key, name, etype, i, pos, stop))
 
 
 # --------------------------------------------------------------------------------------------
@@ -673,6 +889,7 @@ def _build(doc: _Doc, mentions: list[_Mention], chunk_id: str, max_entities: int
         seen = sentences_of.setdefault(m.key, [])
         if len(seen) < 2 and (not seen or seen[-1] != m.sentence):
             seen.append(m.sentence)
+    _type_surnames(first, etype)
 
     order = {key: n for n, key in enumerate(first)}
     ranked = sorted(first, key=lambda k: (-count[k], order[k]))
@@ -712,6 +929,19 @@ def _build(doc: _Doc, mentions: list[_Mention], chunk_id: str, max_entities: int
         content_keywords=[e.name for e in entities[:MAX_CONTENT_KEYWORDS]],
         dropped_relations=dropped,
     )
+
+
+def _type_surnames(first: dict[str, _Mention], etype: dict[str, str]) -> None:
+    """A one-word ENTITY that is the last word of a multi-word PERSON of the chunk is a PERSON too
+    ("Darwin" after "Charles Darwin")."""
+    surnames = {
+        entity_key(m.name.rsplit(None, 1)[-1])
+        for key, m in first.items()
+        if etype[key] == "PERSON" and " " in m.name
+    }
+    for key, m in first.items():
+        if key in surnames and etype[key] == "ENTITY" and " " not in m.name:
+            etype[key] = "PERSON"
 
 
 def _entity_description(doc: _Doc, sentences: list[int]) -> str:

@@ -55,9 +55,22 @@ def _run_job(defs, instance, name: str, tags: dict | None = None) -> tuple[bool,
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
     events = result.get_asset_materialization_events()
+    causes: dict[str, str] = {}
+    for ev in result.all_events:
+        if ev.event_type in (dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_FAILURE):
+            err = getattr(ev.event_specific_data, "error", None)
+            while err is not None and err.cause is not None and "max_retries" not in (err.cause.message or ""):
+                if ev.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
+                    err = err.cause
+                else:
+                    break
+            message = (err.message or "").strip() if err else ""
+            if message and "Exceeded max_retries" not in message:
+                causes[ev.step_key] = message
     for step in result.get_step_failure_events():
         err = step.event_specific_data.error
-        _say(f"  FAILED {step.step_key}: {err.message.strip() if err else 'unknown error'}")
+        message = causes.get(step.step_key) or (err.message.strip() if err else "unknown error")
+        _say(f"  FAILED {step.step_key}: {message}")
     passed = []
     for ev in result.all_events:
         if ev.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
@@ -195,12 +208,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
+    from .core.cache import KVCache
+    from .core.llm import LLMClient, LLMError
     from .query import IndexNotFoundError, SearchParams, open_index, query
 
+    client = LLMClient.from_env(KVCache(paths.cache_db, "llm"))
+    if args.answer and client is None:
+        print("note: no LLM endpoint is set (OPENAI_API_KEY / OPENAI_BASE_URL), so no answer is generated; "
+              "the retrieved context is shown instead", file=sys.stderr)
     try:
         with open_index(paths.home) as index:
-            result = query(index, args.question, args.mode, SearchParams())
-    except (IndexNotFoundError, ValueError) as exc:
+            result = query(index, args.question, args.mode, SearchParams(), client=client, answer=args.answer)
+    except (IndexNotFoundError, ValueError, LLMError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -265,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("question")
     q.add_argument("--mode", choices=["local", "global", "naive"], default="local")
     q.add_argument("--json", action="store_true")
+    q.add_argument("--answer", action="store_true", help="generate an answer with the LLM (global mode: map-reduce)")
     q.set_defaults(func=cmd_query)
 
     e = sub.add_parser("export", help="export the resolved graph")

@@ -12,7 +12,7 @@ from .defs.document_assets import chunks, doc_subgraph
 from .defs.graph_assets import communities, community_reports, knowledge_graph, resolved_graph
 from .defs.index_assets import search_index
 from .defs.jobs import documents_job, graph_job, index_job, reports_job
-from .defs.resources import settings_from_env
+from .defs.resources import llm_settings_from_env, settings_from_env
 from .defs.sensors import automation_sensor, corpus_sensor, daily_reconcile
 
 defs = dg.Definitions(
@@ -24,5 +24,5 @@ defs = dg.Definitions(
     jobs=[documents_job, graph_job, reports_job, index_job],
     sensors=[corpus_sensor, automation_sensor],
     schedules=[daily_reconcile],
-    resources={"settings": settings_from_env()},
+    resources={"settings": settings_from_env(), "llm": llm_settings_from_env()},
 )

@@ -60,3 +60,6 @@ def instance(home):
         return dg.DagsterInstance.get()
 
     return get
+
+
+from graphrag_pipeline_tests.llm_server import llm_server  # noqa

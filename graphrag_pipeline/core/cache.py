@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -32,7 +33,19 @@ class KVCache:
         con = getattr(self._local, "con", None)
         if con is None:
             con = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
-            con.execute("PRAGMA journal_mode=WAL")
+            # PRAGMA journal_mode can fail with "database is locked" at once, without waiting on the
+            # busy timeout, while other processes open or use the same database; retry until the
+            # timeout instead.
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                try:
+                    con.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        con.close()
+                        raise
+                    time.sleep(0.01)
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
             self._local.con = con

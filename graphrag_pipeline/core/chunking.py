@@ -5,7 +5,10 @@ into paragraph units (long paragraphs into lines, sentences, then token windows)
 packed into chunks of at most `max_tokens`. A chunk also ends after a unit whose content hash
 picks it as a cut point (once the chunk holds `min_tokens`), so boundaries are anchored to content:
 an edit changes its own chunk and, through the overlap, at most the next one; later chunks get the
-same text and therefore the same id (the hash of their text).
+same text and therefore the same id (the hash of their text). A unit is picked with a probability
+proportional to its token count (one cut every ~0.4 x max_tokens on average), and `min_tokens` is
+small (max_tokens // 10): with a large minimum, or with most chunks ending because they are full,
+a boundary depends on where the previous chunk ended and an edit shifts every later boundary.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from dataclasses import dataclass
 from .tokens import encoding
 
 _PARAGRAPHS = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
+# zero-width, so joining the pieces with "" gives back the text (no spaces inserted in Chinese)
+_SENTENCE_END = re.compile(r"(?<=[.!?;])(?=\s)|(?<=[。！？；])")
+_ANCHOR_SPACING = 0.4  # mean tokens between content-chosen cut points, as a fraction of max_tokens
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,14 @@ class Chunk:
     position: int
     text: str
     tokens: int
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def chunk_id(text: str) -> str:
@@ -50,17 +63,28 @@ def _split_units(text: str, max_tokens: int) -> list[tuple[str, int]]:
         elif level == 1:
             parts = _SENTENCE_END.split(piece)
         else:
+            # token windows, ended on a character boundary (a CJK character often spans
+            # several tokens) and re-counted, since a window's text may re-encode differently
             ids = enc.encode(piece, disallowed_special=())
-            for start in range(0, len(ids), max_tokens):
-                window = enc.decode(ids[start : start + max_tokens])
-                units.append((window, len(ids[start : start + max_tokens])))
+            start = 0
+            while start < len(ids):
+                end = min(start + max_tokens, len(ids))
+                while True:
+                    raw = enc.decode_bytes(ids[start:end])
+                    window = raw.decode("utf-8", errors="replace")
+                    n = len(enc.encode(window, disallowed_special=()))
+                    if end - start <= 1 or (_is_utf8(raw) and n <= max_tokens):
+                        break
+                    end -= 1
+                units.append((window, n))
+                start = end
             return
         if len(parts) <= 1:
             add(piece, level + 1)
             return
         buf: list[str] = []
         buf_n = 0
-        sep = "\n" if level == 0 else " "
+        sep = "\n" if level == 0 else ""
         for part in parts:
             pn = len(enc.encode(part, disallowed_special=()))
             if buf and buf_n + pn > max_tokens:
@@ -76,8 +100,25 @@ def _split_units(text: str, max_tokens: int) -> list[tuple[str, int]]:
     return units
 
 
-def _is_anchor(unit: str, every: int) -> bool:
-    return int(hashlib.md5(unit.encode("utf-8")).hexdigest()[:8], 16) % every == 0
+def _is_anchor(unit: str, tokens: int, spacing: float) -> bool:
+    """Content-chosen cut point, picked with probability tokens / spacing."""
+    return int(hashlib.md5(unit.encode("utf-8")).hexdigest()[:8], 16) < (1 << 32) * tokens / spacing
+
+
+def _tail(ids: list[int], overlap: int) -> str:
+    """The last tokens of a chunk body, repeated at the start of the next chunk.
+
+    At most overlap - 1 tokens (one is left for the "\n\n" joining it to the next body), starting
+    on a character boundary; a shorter body is repeated whole.
+    """
+    if not overlap or not ids:
+        return ""
+    enc = encoding()
+    for k in range(min(overlap - 1, len(ids)), 0, -1):
+        tail = enc.decode_bytes(ids[-k:]).decode("utf-8", errors="ignore").strip()
+        if len(enc.encode(tail, disallowed_special=())) < overlap:
+            return tail
+    return ""
 
 
 def chunk_text(text: str, max_tokens: int = 1200, overlap: int = 100, min_tokens: int | None = None) -> list[Chunk]:
@@ -85,19 +126,21 @@ def chunk_text(text: str, max_tokens: int = 1200, overlap: int = 100, min_tokens
     if max_tokens <= 0:
         raise ValueError("max_tokens must be positive")
     overlap = max(0, min(overlap, max_tokens // 2))
-    min_tokens = max_tokens // 2 if min_tokens is None else min_tokens
+    min_tokens = max_tokens // 10 if min_tokens is None else min_tokens
+    spacing = max(1.0, _ANCHOR_SPACING * max_tokens)
     enc = encoding()
     units = _split_units(text, max_tokens)
     groups: list[list[str]] = []
     current: list[str] = []
     size = 0
     for unit, n in units:
-        if current and size + n > max_tokens:
+        cost = n + 1 if current else n  # + the "\n\n" joining it to the previous unit
+        if current and size + cost > max_tokens:
             groups.append(current)
-            current, size = [], 0
+            current, size, cost = [], 0, n
         current.append(unit)
-        size += n
-        if size >= min_tokens and _is_anchor(unit, 3):
+        size += cost
+        if size >= min_tokens and _is_anchor(unit, n, spacing):
             groups.append(current)
             current, size = [], 0
     if current:
@@ -109,6 +152,6 @@ def chunk_text(text: str, max_tokens: int = 1200, overlap: int = 100, min_tokens
         body = "\n\n".join(group)
         chunk = (previous_tail + "\n\n" + body) if previous_tail else body
         ids = enc.encode(body, disallowed_special=())
-        previous_tail = enc.decode(ids[-overlap:]).strip() if overlap and len(ids) > overlap else ""
+        previous_tail = _tail(ids, overlap)
         chunks.append(Chunk(chunk_id(chunk), position, chunk, len(enc.encode(chunk, disallowed_special=()))))
     return chunks

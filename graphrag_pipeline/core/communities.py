@@ -73,7 +73,10 @@ def detect_communities(
         g.add_edge(s, t, weight=float(w) if w and w > 0 else 1.0)
     if use_lcc:
         g = stable_largest_connected_component(g)
-    edge_list = sorted((s, t, d["weight"]) for s, t, d in g.edges(data=True))
+    # each edge as (smaller key, larger key): networkx orients edges by node order, which follows the
+    # input rows and, after the LCC copy, set (hash-seed) order; Leiden's result, and so every
+    # community id, would otherwise change with the row order and from one process to the next
+    edge_list = sorted((min(s, t), max(s, t), d["weight"]) for s, t, d in g.edges(data=True))
     clusters = gn.hierarchical_leiden(edge_list, max_cluster_size=max_cluster_size, seed=seed)
 
     members: dict[tuple[int, int], set[str]] = defaultdict(set)
@@ -86,8 +89,9 @@ def detect_communities(
     rows = []
     for (level, cluster), keys in members.items():
         member_list = sorted(keys)
-        sub_edges = sorted(
-            (s, t, round(float(d["weight"]), 6)) for s, t, d in g.subgraph(member_list).edges(data=True)
+        sub_edges = sorted(  # oriented (smaller, larger): a subgraph view orients by set order
+            (min(s, t), max(s, t), round(float(d["weight"]), 6))
+            for s, t, d in g.subgraph(member_list).edges(data=True)
         )
         fp = _fingerprint(level, member_list, descriptions, sub_edges)
         weight = float(sum(degree.get(k, 0) * 1.0 for k in member_list))

@@ -6,6 +6,7 @@ Bad files never raise: each read returns a `DocumentText` whose `status` says wh
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 import unicodedata
@@ -29,16 +30,21 @@ def partition_key(relpath: str) -> str:
     """A stable, storage-safe partition key for a corpus-relative path.
 
     Folders become `--`; characters outside letters, digits, `.`, `_`, `-` become `_`. When that
-    mapping loses information (a replaced character, or `--` already in the name) a short hash of
-    the original path is appended, so two paths never share a key and a key never changes.
+    mapping loses information (a replaced character, `--` already in the name, a `-` next to a
+    folder separator as in `a-/b` vs `a/-b`, or a backslash) a short hash of the original path is
+    appended, so two paths never share a key and a key never changes. Keys longer than 120 UTF-8
+    bytes are cut and hashed too: a key is part of file names, which are limited to 255 bytes.
     """
+    original = unicodedata.normalize("NFC", relpath).strip("/")
     relpath = unicodedata.normalize("NFC", relpath.replace("\\", "/")).strip("/")
     parts = [_SAFE.sub("_", p) for p in relpath.split("/")]
     key = "--".join(parts)
-    lossy = any(_SAFE.search(p) for p in relpath.split("/")) or "--" in relpath or key.startswith(".")
-    if lossy or len(key) > 120:
-        digest = hashlib.sha1(relpath.encode("utf-8")).hexdigest()[:8]
-        key = f"{key[:110].lstrip('.')}~{digest}"
+    lossy = (any(_SAFE.search(p) for p in relpath.split("/")) or "--" in relpath or "-/" in relpath
+             or "/-" in relpath or "\\" in original or key.startswith("."))
+    if lossy or len(key.encode("utf-8")) > 120:
+        digest = hashlib.sha1(original.encode("utf-8")).hexdigest()[:8]
+        head = key.encode("utf-8")[:110].decode("utf-8", errors="ignore")
+        key = f"{head.lstrip('.')}~{digest}"
     return key
 
 
@@ -113,7 +119,8 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
 def _decode(raw: bytes, truncated: bool) -> tuple[str | None, str]:
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
-            return raw.decode("utf-16"), "utf-16"
+            # final=False when truncated: a cut code unit or surrogate pair at the end is dropped
+            return codecs.getincrementaldecoder("utf-16")().decode(raw, final=not truncated), "utf-16"
         except UnicodeDecodeError:
             pass
     if b"\x00" in raw[:8192]:
@@ -152,7 +159,9 @@ def _normalise_text(text: str) -> str:
 
 
 class _TextExtractor(HTMLParser):
-    _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
+    # not "head": its end tag is optional, and then everything after it would be skipped; its only
+    # text-bearing children are the title (kept) and script/style/noscript/template (skipped)
+    _SKIP = {"script", "style", "noscript", "template", "svg"}
     _BLOCK = {"p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "table",
               "section", "article", "blockquote", "pre", "header", "footer", "title", "dd", "dt"}
 
@@ -164,7 +173,7 @@ class _TextExtractor(HTMLParser):
         self._in_title = False
 
     def handle_starttag(self, tag, attrs):
-        if tag == "title":
+        if tag == "title" and not self._skip_depth:  # not an <svg><title> tooltip
             self._in_title = True
         elif tag in self._SKIP:
             self._skip_depth += 1

@@ -57,3 +57,31 @@ class HashingEmbedder:
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+
+class EndpointEmbedder:
+    """Embeddings from the LLM endpoint's embeddings API (through LLMClient.embed, cached)."""
+
+    def __init__(self, client):
+        self.client = client
+        self._dim: int | None = None
+
+    @property
+    def model_id(self) -> str:
+        return f"endpoint:{self.client.embedding_model}"
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.client.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = np.asarray(self.client.embed([t or " " for t in texts]), dtype=np.float32)
+        self._dim = out.shape[1]
+        return out
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]

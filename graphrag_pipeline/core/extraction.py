@@ -1,57 +1,138 @@
-"""Extraction of a document's chunks with the configured method, cached per chunk hash.
+"""Extraction of many chunks with the configured method, cached per chunk hash.
 
-The cache key is (method, extractor version, chunk id); the chunk id is the hash of the chunk's
-text, so an unchanged chunk is never extracted twice, whichever document it belongs to.
+The cache key is (extractor version, LLM model and prompt settings, chunk id); the chunk id is
+the hash of the chunk's text, so an unchanged chunk is never extracted twice, whichever document
+it belongs to. LLM chunks run concurrently (the client bounds in-flight calls); results are
+cached as they arrive, so an interrupted run keeps what it already paid for.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-
-import polars as pl
+from typing import Callable
 
 from .cache import KVCache
 from .records import Extraction
 from .usage import LLMUsage
 
-EXTRACTOR_VERSIONS = {"fast": "fast-v1", "light": "light-v1", "general": "general-v1"}
+EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v1", "general": "general-v1"}
+METHODS = tuple(EXTRACTOR_VERSIONS)
+
+
+@dataclass
+class ChunkTask:
+    doc_id: str
+    position: int
+    chunk_id: str
+    text: str
 
 
 @dataclass
 class ExtractionStats:
     extracted: int = 0
     cache_hits: int = 0
+    failed_chunks: list[dict] = field(default_factory=list)  # {doc_id, chunk_id, error, raw}
+    failed_documents: dict[str, str] = field(default_factory=dict)  # doc_id -> endpoint error
     llm: LLMUsage = field(default_factory=LLMUsage)
 
 
-def cache_key(method: str, chunk_id: str) -> str:
-    return f"{EXTRACTOR_VERSIONS[method]}:{chunk_id}"
+def settings_fingerprint(method: str, llm=None, settings=None) -> str:
+    if method == "fast":
+        return EXTRACTOR_VERSIONS["fast"]
+    payload = {"v": EXTRACTOR_VERSIONS[method], "model": getattr(llm, "model", ""),
+               "settings": settings.__dict__ if settings is not None else {}}
+    return EXTRACTOR_VERSIONS[method] + "-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _extract_one(method: str, text: str, chunk_id: str) -> Extraction:
+def extract_tasks(
+    tasks: list[ChunkTask],
+    method: str,
+    cache: KVCache,
+    stats: ExtractionStats,
+    llm=None,
+    settings=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Extraction]:
+    """Extraction per chunk id. Chunks that failed (unparsable, or the endpoint failed) are absent."""
+    if method not in EXTRACTOR_VERSIONS:
+        raise ValueError(f"unknown extraction method {method!r}; expected one of {', '.join(METHODS)}")
+    if method != "fast" and llm is None:
+        raise ValueError(f"extraction method {method!r} needs an LLM endpoint: set OPENAI_API_KEY "
+                         "(and OPENAI_BASE_URL for a local server), or use --method fast")
+    prefix = settings_fingerprint(method, llm, settings)
+    unique: dict[str, ChunkTask] = {}
+    for t in tasks:
+        unique.setdefault(t.chunk_id, t)
+    cached = cache.get_many(f"{prefix}:{cid}" for cid in unique)
+    out: dict[str, Extraction] = {}
+    todo = []
+    for cid, task in unique.items():
+        hit = cached.get(f"{prefix}:{cid}")
+        if hit is not None:
+            out[cid] = Extraction.from_dict(hit)
+        else:
+            todo.append(task)
+    stats.cache_hits += len(unique) - len(todo)
     if method == "fast":
         from .extract_fast import extract_fast
 
-        return extract_fast(text, chunk_id)
-    raise ValueError(f"extraction method {method!r} needs an LLM endpoint, which this build does not configure")
-
-
-def extract_chunks(chunks: pl.DataFrame, method: str, cache: KVCache, stats: ExtractionStats) -> list[tuple[int, str, Extraction]]:
-    """(position, chunk_id, extraction) for every chunk of one document, in chunk order."""
-    if method not in EXTRACTOR_VERSIONS:
-        raise ValueError(f"unknown extraction method {method!r}; expected one of {', '.join(EXTRACTOR_VERSIONS)}")
-    rows = chunks.select("position", "chunk_id", "text").rows()
-    cached = cache.get_many(cache_key(method, cid) for _, cid, _ in rows)
-    out, fresh = [], {}
-    for position, cid, text in rows:
-        key = cache_key(method, cid)
-        if key in cached:
-            stats.cache_hits += 1
-            out.append((position, cid, Extraction.from_dict(cached[key])))
-            continue
-        ext = _extract_one(method, text, cid)
-        stats.extracted += 1
-        fresh[key] = ext.to_dict()
-        out.append((position, cid, ext))
-    cache.put_many(fresh)
+        fresh = {}
+        for i, task in enumerate(todo, 1):
+            out[task.chunk_id] = extract_fast(task.text, task.chunk_id)
+            fresh[f"{prefix}:{task.chunk_id}"] = out[task.chunk_id].to_dict()
+            if progress and i % 200 == 0:
+                progress(i, len(todo))
+        cache.put_many(fresh)
+        stats.extracted += len(todo)
+        return out
+    _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress)
     return out
+
+
+def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) -> None:
+    from .extract_llm import extract_chunk
+    from .llm import LLMError
+
+    before = llm.usage_snapshot()
+    pending_cache: dict[str, dict] = {}
+    done = 0
+    pool = ThreadPoolExecutor(max_workers=max(1, getattr(llm, "max_concurrent", 4)), thread_name_prefix="extract")
+    futures = {pool.submit(extract_chunk, llm, t.text, t.chunk_id, settings): t for t in todo}
+    try:
+        remaining = set(futures)
+        while remaining:
+            finished, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                task = futures[fut]
+                done += 1
+                try:
+                    outcome = fut.result()
+                except LLMError as exc:
+                    stats.failed_documents.setdefault(task.doc_id, str(exc))
+                    continue
+                if outcome.failed:
+                    stats.failed_chunks.append({"doc_id": task.doc_id, "chunk_id": task.chunk_id,
+                                                "error": outcome.error, "raw": outcome.raw[:4000]})
+                    continue
+                stats.extracted += 1
+                out[task.chunk_id] = outcome.extraction
+                pending_cache[f"{prefix}:{task.chunk_id}"] = outcome.extraction.to_dict()
+            if len(pending_cache) >= 20 or not remaining:
+                cache.put_many(pending_cache)
+                pending_cache = {}
+            if progress and finished:
+                progress(done, len(todo))
+    except BaseException:
+        # interrupted (run terminated) or crashed: stop LLM work now, keep what is cached
+        llm.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        cache.put_many(pending_cache)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        after = llm.usage_snapshot()
+        stats.llm.add(LLMUsage(after.calls - before.calls, after.cache_hits - before.cache_hits,
+                               after.prompt_tokens - before.prompt_tokens, after.completion_tokens - before.completion_tokens))

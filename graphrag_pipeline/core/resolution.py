@@ -562,3 +562,47 @@ def resolve_incremental(
         changed=changed,
         state={"judge": judge_id, "known_keys": sorted(keys), "accepted": [list(p) for p in all_pairs]},
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The LLM judge
+# --------------------------------------------------------------------------------------------
+
+
+class LLMJudge:
+    """Judges candidate pairs with the LLM: `batch_size` questions a prompt, `concurrency` prompts at once.
+
+    Answers are parsed per question; a missing, unclear or contradictory answer never merges.
+    An endpoint failure (LLMError) propagates: resolution must not silently skip pairs.
+    """
+
+    def __init__(self, client, batch_size: int = 100, concurrency: int = 5):
+        self.client = client
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+        self.prompts = 0
+        self.unparsed = 0
+
+    def _ask(self, entity_type: str, batch: list[tuple[str, str]]) -> list[bool]:
+        from . import prompts
+        from .parsing import parse_numbered_answers
+
+        etype = entity_type.lower()
+        questions = "\n".join(
+            prompts.RESOLUTION_QUESTION.format(index=i, entity_type=etype, a=a, b=b) for i, (a, b) in enumerate(batch, 1)
+        )
+        text = prompts.ENTITY_RESOLUTION.format(entity_type=etype, example_type="product", questions=questions,
+                                                record_delimiter=prompts.RECORD_DELIMITER)
+        answer = self.client.chat([{"role": "user", "content": text}]).text
+        verdicts = parse_numbered_answers(answer, len(batch), prompts.RECORD_DELIMITER)
+        self.prompts += 1
+        self.unparsed += sum(1 for v in verdicts if v is None)
+        return [v is True for v in verdicts]
+
+    def __call__(self, entity_type: str, pairs: list[tuple[str, str]]) -> list[bool]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        batches = [pairs[i : i + self.batch_size] for i in range(0, len(pairs), self.batch_size)]
+        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+            results = list(pool.map(lambda b: self._ask(entity_type, b), batches))
+        return [v for part in results for v in part]

@@ -11,11 +11,12 @@ import dagster as dg
 
 from ..core.chunking import chunk_text
 from ..core.documents import file_hash, read_document, scan_corpus
-from ..core.extraction import ExtractionStats, extract_chunks
+from ..core.extraction import ChunkTask, ExtractionStats, extract_tasks
 from ..core.subgraph import build_doc_subgraph
+from ..core.usage import UsageLedger
 from .metadata import md_table
 from .partitions import documents_partitions
-from .resources import PipelineSettings
+from .resources import LLMSettings, PipelineSettings
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -84,41 +85,74 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     retry_policy=DOC_RETRY,
     description="Entities and relations extracted from each document's chunks (cached per chunk hash).",
 )
-def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
-    cache = settings.extraction_cache()
-    stats = ExtractionStats()
-    rows = []
+    method = settings.method
+    client = llm.client(settings.paths.cache_db) if method != "fast" else None
     keys = context.partition_keys
+    infos = {key: store.chunk_info(key) or {} for key in keys}
+    frames = {key: store.read_chunks(key) for key in keys}
+    tasks = [ChunkTask(key, pos, cid, text) for key, df in frames.items() for pos, cid, text in df.select("position", "chunk_id", "text").rows()]
+    if client is not None:
+        context.log.info(f"extracting {len(tasks)} chunks of {len(keys)} documents with {method} via {client.describe()}")
+
+    def progress(done: int, total: int) -> None:
+        context.log.info(f"extraction: {done}/{total} chunks")
+
+    stats = ExtractionStats()
+    extracted = extract_tasks(tasks, method, settings.extraction_cache(), stats, client,
+                              llm.extraction_settings(method) if client else None, progress)
+    failed_chunks_by_doc: dict[str, list[dict]] = {}
+    for failure in stats.failed_chunks:
+        failed_chunks_by_doc.setdefault(failure["doc_id"], []).append(failure)
+        context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
+
+    tasks_by_doc: dict[str, list[ChunkTask]] = {}
+    for t in tasks:
+        tasks_by_doc.setdefault(t.doc_id, []).append(t)
+    rows = []
     total_entities = total_relations = dropped = 0
-    for i, key in enumerate(keys, 1):
-        info = store.chunk_info(key) or {}
-        chunk_df = store.read_chunks(key)
-        extractions = extract_chunks(chunk_df, settings.method, cache, stats)
-        sub = build_doc_subgraph(key, extractions)
+    for key in keys:
+        if key in stats.failed_documents:
+            continue  # nothing written: the previous output (if any) stays, and the next build retries it
+        doc_tasks = tasks_by_doc.get(key, [])
+        triples = [(t.position, t.chunk_id, extracted[t.chunk_id]) for t in doc_tasks if t.chunk_id in extracted]
+        sub = build_doc_subgraph(key, triples)
+        failed = failed_chunks_by_doc.get(key, [])
         store.write_subgraph(key, sub.entities, sub.relations, {
-            "content_hash": info.get("content_hash"), "method": settings.method,
-            "entities": sub.entities.height, "relations": sub.relations.height, "dropped_relations": sub.dropped_relations,
+            "content_hash": infos[key].get("content_hash"), "method": method,
+            "entities": sub.entities.height, "relations": sub.relations.height,
+            "dropped_relations": sub.dropped_relations, "failed_chunks": failed,
         })
         total_entities += sub.entities.height
         total_relations += sub.relations.height
         dropped += sub.dropped_relations
-        rows.append({"document": info.get("relpath") or key, "chunks": chunk_df.height,
+        rows.append({"document": infos[key].get("relpath") or key, "chunks": len(doc_tasks), "failed_chunks": len(failed),
                      "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
                      "relations": sub.relations.height})
-        if i % 100 == 0 or i == len(keys):
-            context.log.info(f"extracted {i}/{len(keys)} documents ({stats.extracted} chunks extracted, {stats.cache_hits} cached)")
-    return dg.MaterializeResult(metadata={
+    UsageLedger(settings.paths.cache_db).record("doc_subgraph", stats.llm)
+    metadata = {
         "documents": len(keys),
-        "method": settings.method,
+        "method": method,
         "entity_mentions": total_entities,
         "relation_mentions": total_relations,
         "dropped_relations": dropped,
         "chunks_extracted": stats.extracted,
         "cache_hits": stats.cache_hits,
+        "failed_chunks": len(stats.failed_chunks),
+        "failed_documents": len(stats.failed_documents),
         "llm_calls": stats.llm.calls,
         "llm_cache_hits": stats.llm.cache_hits,
         "prompt_tokens": stats.llm.prompt_tokens,
         "completion_tokens": stats.llm.completion_tokens,
-        "preview": md_table(rows, ["document", "chunks", "entities", "relations"]),
-    })
+        "preview": md_table(rows, ["document", "chunks", "failed_chunks", "entities", "relations"]),
+    }
+    if stats.failed_documents:
+        failures = [{"document": k, "error": v} for k, v in stats.failed_documents.items()]
+        raise dg.Failure(
+            description=f"{len(failures)} of {len(keys)} documents could not be extracted (the LLM endpoint failed); "
+                        f"the other {len(keys) - len(failures)} were stored and will not be extracted again. "
+                        f"First error: {failures[0]['document']}: {failures[0]['error']}",
+            metadata={**metadata, "failed": md_table(failures, ["document", "error"], width=200)},
+        )
+    return dg.MaterializeResult(metadata=metadata)

@@ -6,18 +6,22 @@ describes it in metadata. Declarative automation carries changes downstream.
 
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 import polars as pl
 
 from ..core.communities import detect_communities
 from ..core.merge import merge_subgraphs
-from ..core.reports import extractive_report
-from ..core.resolution import resolve_incremental
+from ..core.reports import CommunityReport, extractive_report
+from ..core.reports_llm import llm_report
+from ..core.resolution import LLMJudge, resolve_incremental
+from ..core.summaries import summarise_long_descriptions
+from ..core.usage import LLMUsage, UsageLedger
 from .document_assets import doc_subgraph
 from .metadata import md_table
 from .partitions import community_partitions, documents_partitions
-from .resources import PipelineSettings
+from .resources import LLMSettings, PipelineSettings
 
 EAGER = dg.AutomationCondition.eager()
 
@@ -36,13 +40,19 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     automation_condition=EAGER,
     description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
 )
-def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     keys = context.instance.get_dynamic_partitions(documents_partitions.name)
     entities, relations = store.read_subgraphs(keys)
     doc_dropped = sum(int((store.subgraph_info(k) or {}).get("dropped_relations", 0)) for k in keys)
     merged = merge_subgraphs(entities, relations)
-    store.write_graph("knowledge_graph", merged.nodes, merged.edges)
+    client = llm.client(settings.paths.cache_db) if settings.method != "fast" else None
+    nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, client, language=llm.language)
+    usage = client.usage_snapshot() if client else LLMUsage()
+    UsageLedger(settings.paths.cache_db).record("knowledge_graph", usage)
+    if summary.failed:
+        context.log.warning(f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined")
+    store.write_graph("knowledge_graph", nodes, edges)
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
         context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")
@@ -53,7 +63,9 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
         "relations": merged.edges.height,
         "dropped_relations": merged.dropped_relations + doc_dropped,
         "orphan_files_removed": removed,
-        "top_entities": _top_entities(merged.nodes),
+        "summarised_descriptions": summary.summarised_nodes + summary.summarised_edges,
+        **_llm_metadata(usage),
+        "top_entities": _top_entities(nodes),
     })
 
 
@@ -64,11 +76,16 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
     automation_condition=EAGER,
     description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",
 )
-def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("knowledge_graph")
     state = store.read_state("resolution", {})
-    result = resolve_incremental(nodes, edges, state, judge=None)
+    client = llm.client(settings.paths.cache_db) if settings.method != "fast" and llm.use_for_resolution else None
+    judge = LLMJudge(client) if client else None
+    judge_id = f"llm:{client.model}" if client else "offline"
+    result = resolve_incremental(nodes, edges, state, judge=judge, judge_id=judge_id)
+    usage = client.usage_snapshot() if client else LLMUsage()
+    UsageLedger(settings.paths.cache_db).record("resolved_graph", usage)
     store.write_graph("resolved_graph", result.nodes, result.edges)
     store.write_state("resolution", result.state)
     context.log.info(f"resolved {result.candidates} candidate pairs, {result.merged} merged ({len(result.changed)} new entities)")
@@ -79,7 +96,9 @@ def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings
         "new_entities": len(result.changed),
         "candidate_pairs": result.candidates,
         "merged_pairs": result.merged,
-        "judge": "offline (normalised name equality)",
+        "judge": judge_id if client else "offline (normalised name equality)",
+        "unparsed_answers": judge.unparsed if judge else 0,
+        **_llm_metadata(usage),
         "merges": md_table(merges, ["merged", "into"]),
         "top_entities": _top_entities(result.nodes),
     })
@@ -132,28 +151,67 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings) -
     group_name="graph",
     kinds={"json"},
     pool="llm",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
     automation_condition=dg.AutomationCondition.on_missing() & ~dg.AutomationCondition.any_deps_in_progress(),
     description="One report per community, regenerated only when the community's content (fingerprint) changes.",
 )
-def community_reports(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+def community_reports(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
     table = {r["community_id"]: r for r in store.read_communities().to_dicts()}
-    rows, missing = [], []
-    for key in context.partition_keys:
-        community = table.get(key)
-        if community is None:
-            missing.append(key)
-            continue
-        report = extractive_report(community, nodes, edges)
-        store.write_report(report)
-        rows.append({"community": key, "title": report.title, "rating": report.rating, "size": community["size"]})
+    children: dict[str, list[str]] = {}
+    for row in table.values():
+        if row["parent_id"]:
+            children.setdefault(row["parent_id"], []).append(row["community_id"])
+    client = llm.client(settings.paths.cache_db) if settings.method != "fast" and llm.use_for_reports else None
+    keys = [k for k in context.partition_keys if k in table]
+    missing = [k for k in context.partition_keys if k not in table]
+    written: dict[str, CommunityReport] = {}
+    fallbacks: list[dict] = []
+
+    def sub_reports(cid: str) -> dict[str, CommunityReport]:
+        found = {}
+        for child in children.get(cid, []):
+            rep = written.get(child) or store.read_report(child)
+            if rep is not None:
+                found[child] = rep
+        return found
+
+    def make(cid: str):
+        community = table[cid]
+        if client is None:
+            return extractive_report(community, nodes, edges), None
+        outcome = llm_report(client, community, nodes, edges, language=llm.language,
+                             sub_reports=sub_reports(cid), children=children.get(cid, []))
+        return outcome.report, (outcome.error or "unparsable answer") if outcome.fallback else None
+
+    # deepest level first, so a large community can use the reports of its sub-communities
+    for level in sorted({table[k]["level"] for k in keys}, reverse=True):
+        level_keys = [k for k in keys if table[k]["level"] == level]
+        with ThreadPoolExecutor(max_workers=client.max_concurrent if client else 1) as pool:
+            for cid, (report, fallback) in zip(level_keys, pool.map(make, level_keys)):
+                store.write_report(report)
+                written[cid] = report
+                if fallback:
+                    fallbacks.append({"community": cid, "reason": fallback})
+                    context.log.warning(f"report of {cid}: LLM answer unusable ({fallback}); extractive report written instead")
+        context.log.info(f"reports: level {level} done ({len(written)}/{len(keys)})")
     if missing:
         context.log.warning(f"{len(missing)} report partitions no longer match a community (superseded by a newer build)")
+    usage = client.usage_snapshot() if client else LLMUsage()
+    UsageLedger(settings.paths.cache_db).record("community_reports", usage)
+    rows = [{"community": k, "title": r.title, "rating": r.rating, "size": table[k]["size"], "extractive": r.extractive}
+            for k, r in written.items()]
     return dg.MaterializeResult(metadata={
-        "reports": len(rows),
+        "reports": len(written),
         "superseded": len(missing),
-        "extractive": len(rows),
-        "llm_calls": 0,
-        "preview": md_table(rows, ["community", "title", "rating", "size"]),
+        "extractive": sum(1 for r in written.values() if r.extractive),
+        "fallbacks": len(fallbacks),
+        **_llm_metadata(usage),
+        "preview": md_table(rows, ["community", "title", "rating", "size", "extractive"]),
     })
+
+
+def _llm_metadata(usage: LLMUsage) -> dict:
+    return {"llm_calls": usage.calls, "llm_cache_hits": usage.cache_hits,
+            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}

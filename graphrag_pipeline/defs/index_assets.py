@@ -7,13 +7,13 @@ import dagster as dg
 import polars as pl
 
 from ..core.duckdb_index import write_duckdb_index
-from ..core.embedding import HashingEmbedder
+from ..core.embedding import EndpointEmbedder, HashingEmbedder
 from ..core.index_records import build_index_tables
 from .document_assets import chunks
 from .graph_assets import EAGER, communities, community_reports, resolved_graph
 from .metadata import md_table
 from .partitions import community_partitions, documents_partitions
-from .resources import PipelineSettings
+from .resources import LLMSettings, PipelineSettings
 
 # eager, but never in the same tick as one of its inputs: otherwise the index would be published
 # right after new communities appear and before their reports exist
@@ -30,7 +30,7 @@ PUBLISH_WHEN_SETTLED = EAGER & ~dg.AutomationCondition.any_deps_match(
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
     description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool.",
 )
-def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     started = time.perf_counter()
     nodes, edges = store.read_graph("resolved_graph")
@@ -46,7 +46,10 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings) 
     store.remove_reports_except({r.community_id for r in reports})
     doc_keys = context.instance.get_dynamic_partitions(documents_partitions.name)
     chunk_df = store.read_all_chunks(doc_keys)
-    embedder = HashingEmbedder()
+    client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
+    if llm.embedding_model != "hashing" and client is None:
+        raise dg.Failure(f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL")
+    embedder = EndpointEmbedder(client) if client else HashingEmbedder()
     tables = build_index_tables(nodes, edges, comms, reports, chunk_df, embedder)
     size = write_duckdb_index(tables, settings.paths.index_file, {
         "embedding_model": embedder.model_id, "embedding_dim": embedder.dim, "method": settings.method,

@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 
 from ..config import Paths, default_home
-from ..core.embedding import HashingEmbedder
+from ..core.embedding import EndpointEmbedder, HashingEmbedder
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -38,11 +38,15 @@ class DuckDBIndex:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def embedder(self):
+    def embedder(self, client=None):
+        """The embedder the index was built with (the endpoint's model needs an LLM client)."""
         model = self.meta.get("embedding_model", "hashing")
         if model.startswith("hashing"):
             return HashingEmbedder(self.dim)
-        raise ValueError(f"index was embedded with {model!r}; pass an embedder for it")
+        if client is None or f"endpoint:{client.embedding_model}" != model:
+            raise ValueError(f"the index was embedded with {model!r}: set OPENAI_API_KEY/OPENAI_BASE_URL and "
+                             f"GRAPHRAG_EMBEDDING_MODEL={model.split(':', 1)[-1]} to query it")
+        return EndpointEmbedder(client)
 
     def _rows(self, sql: str, params: list | None = None) -> list[dict]:
         cur = self.con.execute(sql, params or [])

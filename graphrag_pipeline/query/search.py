@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from ..core.tokens import count_tokens
+from ..core.tokens import count_tokens, truncate_tokens
 
 MODES = ("local", "global", "naive")
 
@@ -36,6 +36,8 @@ class SearchParams:
     ent_candidates: int = 56
     rel_candidates: int = 56
     global_topn: int = 3
+    global_map_topn: int = 8
+    global_min_score: float = 0.0
     chunk_topn: int = 5
 
 
@@ -90,9 +92,36 @@ def _fit(rows: list[dict], render, budget: int) -> tuple[list[dict], int]:
     return kept, budget
 
 
-def local_search(index, question: str, params: SearchParams | None = None, analysis: QueryAnalysis | None = None) -> QueryResult:
+def analyze_question_llm(client, question: str, type_pool: dict[str, list[str]]) -> QueryAnalysis | None:
+    """The seeds' query rewrite: answer types from the index's type pool and entities named in the question."""
+    import json
+
+    import json_repair
+
+    from ..core import prompts
+
+    pool_text = json.dumps({t: e[:5] for t, e in type_pool.items()}, ensure_ascii=False, indent=1)
+    answer = client.chat([{"role": "user", "content": prompts.QUERY_REWRITE.format(type_pool=pool_text, question=question)}]).text
+    try:
+        data = json_repair.loads(answer)
+    except Exception:  # noqa: BLE001 - any unparsable answer falls back to offline analysis
+        return None
+    if not isinstance(data, dict):
+        return None
+    by_fold = {t.casefold(): t for t in type_pool}
+    types = [by_fold[str(t).casefold()] for t in data.get("answer_type_keywords") or [] if str(t).casefold() in by_fold]
+    ents = [str(e).strip() for e in data.get("entities_from_query") or [] if str(e).strip()]
+    if not ents and not types:
+        return None
+    return QueryAnalysis(types[:3], ents[:5] or [question])
+
+
+def local_search(index, question: str, params: SearchParams | None = None, analysis: QueryAnalysis | None = None,
+                 client=None) -> QueryResult:
     p = params or SearchParams()
-    embedder = index.embedder()
+    embedder = index.embedder(client)
+    if analysis is None and client is not None:
+        analysis = analyze_question_llm(client, question, index.type_pool())
     analysis = analysis or analyze_question(question, index.type_pool())
 
     ent_vec = embedder.embed_one(", ".join(analysis.entities))
@@ -149,10 +178,10 @@ def local_search(index, question: str, params: SearchParams | None = None, analy
     return result
 
 
-def global_search(index, question: str, params: SearchParams | None = None) -> QueryResult:
+def global_search(index, question: str, params: SearchParams | None = None, client=None) -> QueryResult:
     """Community reports ranked by similarity to the question (ties: higher rating first)."""
     p = params or SearchParams()
-    vec = index.embedder().embed_one(question)
+    vec = index.embedder(client).embed_one(question)
     rows = index.reports_by_vector(vec, p.global_topn)
     rows, _ = _fit(rows, lambda c: c["text"], p.max_tokens)
     result = QueryResult(
@@ -163,9 +192,9 @@ def global_search(index, question: str, params: SearchParams | None = None) -> Q
     return result
 
 
-def naive_search(index, question: str, params: SearchParams | None = None) -> QueryResult:
+def naive_search(index, question: str, params: SearchParams | None = None, client=None) -> QueryResult:
     p = params or SearchParams()
-    vec = index.embedder().embed_one(question)
+    vec = index.embedder(client).embed_one(question)
     rows = index.chunks_by_vector(vec, p.chunk_topn)
     rows, _ = _fit(rows, lambda c: c["text"], p.max_tokens)
     result = QueryResult(mode="naive", chunks=[{"doc": c["doc"], "text": c["text"], "score": c["sim"]} for c in rows])
@@ -173,12 +202,62 @@ def naive_search(index, question: str, params: SearchParams | None = None) -> Qu
     return result
 
 
-def query(index, question: str, mode: str = "local", params: SearchParams | None = None) -> QueryResult:
+def query(index, question: str, mode: str = "local", params: SearchParams | None = None, client=None,
+          answer: bool = False) -> QueryResult:
+    """Retrieve for `question`; with a client, the query is rewritten by the LLM (local mode) and,
+    with answer=True, an answer is generated (global mode: map-reduce over community reports)."""
     if not question or not question.strip():
         raise ValueError("the question is empty")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    return {"local": local_search, "global": global_search, "naive": naive_search}[mode](index, question, params)
+    p = params or SearchParams()
+    if mode == "global" and answer and client is not None:
+        p = SearchParams(**{**p.__dict__, "global_topn": max(p.global_topn, p.global_map_topn)})
+    result = {"local": local_search, "global": global_search, "naive": naive_search}[mode](index, question, p, client=client)
+    if answer and client is not None:
+        result.answer = global_answer(client, index, result, question, p) if mode == "global" else local_answer(client, result, question)
+    return result
+
+
+def local_answer(client, result: QueryResult, question: str) -> str:
+    from ..core import prompts
+
+    return client.chat([{"role": "user", "content": prompts.LOCAL_ANSWER.format(context=result.context or "(no context found)", question=question)}]).text.strip()
+
+
+def global_answer(client, index, result: QueryResult, question: str, params: SearchParams) -> str:
+    """Map: each report yields scored points; points scoring 0 are dropped. Reduce: one answer."""
+    import json_repair
+
+    from ..core import prompts
+
+    reports = [r for r in index.reports_by_vector(index.embedder(client).embed_one(question), params.global_map_topn)]
+    calls = [{"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]} for r in reports]
+    points = []
+    for report, res in zip(reports, client.chat_many(calls)):
+        if isinstance(res, Exception):
+            continue
+        try:
+            data = json_repair.loads(res.text)
+        except Exception:  # noqa: BLE001 - an unparsable map answer contributes nothing
+            continue
+        items = data.get("points", []) if isinstance(data, dict) else data if isinstance(data, list) else []
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            try:
+                score = float(item.get("score", 0))
+            except (TypeError, ValueError):
+                score = 0.0
+            text = str(item.get("description", "")).strip()
+            if score > params.global_min_score and text:
+                points.append((score, report["title"], text))
+    points.sort(key=lambda x: -x[0])
+    if not points:
+        return "The community reports contain nothing that answers this question."
+    listing = "\n".join(f"- [{t}] (importance {s:g}) {d}" for s, t, d in points)
+    listing = truncate_tokens(listing, params.max_tokens)
+    return client.chat([{"role": "user", "content": prompts.GLOBAL_REDUCE.format(points=listing, question=question)}]).text.strip()
 
 
 def _context(result: QueryResult, report_rows: list[dict]) -> str:

@@ -1,0 +1,390 @@
+"""LLMClient against the scripted OpenAI-compatible server: caching, usage, retries, concurrency,
+cancellation, embeddings, configuration and secret hygiene. All traffic is real HTTP to 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from email.utils import formatdate
+
+import numpy as np
+import pytest
+
+from graphrag_pipeline.core.cache import KVCache
+from graphrag_pipeline.core.llm import (
+    ChatResult,
+    LLMCancelled,
+    LLMClient,
+    LLMError,
+    chat_cache_key,
+    parse_json_reply,
+    parse_retry_after,
+    redact_url,
+)
+from graphrag_pipeline.core.tokens import count_tokens
+from graphrag_pipeline_tests.llm_server import TEST_API_KEY, Reply, ScriptedLLMServer, client_for, embedding_vector
+
+MSG = [{"role": "system", "content": "You extract entities."}, {"role": "user", "content": "Darwin sailed on the Beagle."}]
+
+
+@pytest.fixture
+def kv(tmp_path) -> KVCache:
+    return KVCache(tmp_path / "cache.sqlite")
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _no_secret(*objs) -> None:
+    for obj in objs:
+        assert TEST_API_KEY not in str(obj)
+        assert TEST_API_KEY not in repr(obj)
+
+
+# -- caching and usage -------------------------------------------------------------------------------
+
+def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
+    llm_server.script(Reply("Darwin|Beagle", prompt_tokens=20, completion_tokens=4))
+    client = client_for(llm_server, cache=kv)
+    first = client.chat(MSG)
+    assert first == ChatResult(text="Darwin|Beagle", cached=False, prompt_tokens=20, completion_tokens=4)
+    second = client.chat(MSG)
+    assert second.cached and second.text == "Darwin|Beagle" and second.prompt_tokens == 20
+    assert llm_server.chat_count == 1
+    u = client.usage_snapshot()
+    assert (u.calls, u.cache_hits, u.prompt_tokens, u.completion_tokens) == (1, 1, 20, 4)
+    assert client.attempts == 1
+
+    other = client_for(llm_server, cache=KVCache(kv.path))  # a new client (and connection) on the same file
+    assert other.chat(MSG).cached
+    assert llm_server.chat_count == 1
+    assert other.usage_snapshot().to_dict() == {"calls": 0, "cache_hits": 1, "prompt_tokens": 0, "completion_tokens": 0}
+
+
+def test_use_cache_false_and_empty_answers_are_not_cached(llm_server, kv):
+    llm_server.script(Reply(""), Reply("x"), Reply("y"))
+    client = client_for(llm_server, cache=kv)
+    assert client.chat(MSG).text == ""  # empty answer: returned, not cached
+    assert client.chat(MSG).text == "x"  # so this one goes to the server
+    assert client.chat(MSG, use_cache=False).text == "y"  # no lookup...
+    assert client.chat(MSG) == ChatResult("y", True, 11, 3)  # ...but the fresh answer replaces the cached one
+    assert llm_server.chat_count == 3
+    assert client.usage_snapshot().calls == 3 and client.usage_snapshot().cache_hits == 1
+
+
+def test_params_are_part_of_the_cache_key_and_reach_the_server(llm_server, kv):
+    client = client_for(llm_server, cache=kv)
+    variants = [{}, {"temperature": 0.7}, {"logit_bias": {1234: -100}}, {"max_tokens": 5},
+                {"response_format": {"type": "json_object"}}]
+    for kw in variants:
+        assert not client.chat(MSG, **kw).cached
+    assert llm_server.chat_count == len(variants)
+    for kw in variants:  # each variant is now its own cache hit
+        assert client.chat(MSG, **kw).cached
+    assert llm_server.chat_count == len(variants)
+    keys = {chat_cache_key("test-model", MSG, kw.get("temperature", 0.0), kw.get("max_tokens"),
+                           kw.get("logit_bias"), kw.get("response_format")) for kw in variants}
+    assert len(keys) == len(variants)
+
+    bodies = llm_server.requests
+    assert bodies[0]["model"] == "test-model" and bodies[0]["messages"] == MSG and bodies[0]["temperature"] == 0.0
+    assert "max_tokens" not in bodies[0] and "logit_bias" not in bodies[0]
+    assert bodies[1]["temperature"] == 0.7
+    assert bodies[2]["logit_bias"] == {"1234": -100}
+    assert bodies[3]["max_tokens"] == 5
+    assert bodies[4]["response_format"] == {"type": "json_object"}
+    assert llm_server.request_headers[0]["authorization"] == f"Bearer {TEST_API_KEY}"
+
+
+def test_usage_from_response_or_tiktoken_fallback(llm_server):
+    llm_server.script(Reply("alpha beta", prompt_tokens=123, completion_tokens=45),
+                      Reply("alpha beta gamma", include_usage=False))
+    client = client_for(llm_server)  # no cache
+    a = client.chat(MSG)
+    b = client.chat(MSG)
+    assert (a.prompt_tokens, a.completion_tokens) == (123, 45)
+    expected_prompt = count_tokens("\n".join(m["content"] for m in MSG))
+    assert (b.prompt_tokens, b.completion_tokens) == (expected_prompt, count_tokens("alpha beta gamma"))
+    u = client.usage_snapshot()
+    assert (u.calls, u.prompt_tokens, u.completion_tokens) == (2, 123 + expected_prompt, 45 + b.completion_tokens)
+
+
+# -- retries --------------------------------------------------------------------------------------------
+
+def test_429_with_retry_after_is_honoured(llm_server, kv):
+    llm_server.script(Reply(status=429, headers={"Retry-After": "0.3"}), Reply("fine"))
+    client = client_for(llm_server, cache=kv, backoff_base_s=0.001, backoff_max_s=5)
+    t0 = time.monotonic()
+    assert client.chat(MSG).text == "fine"
+    elapsed = time.monotonic() - t0
+    assert 0.25 <= elapsed < 2.0  # waited for Retry-After, not the tiny exponential backoff
+    assert client.attempts == 2 and client.usage_snapshot().calls == 1
+
+
+def test_retry_after_is_capped_at_backoff_max(llm_server):
+    llm_server.script(Reply(status=429, headers={"Retry-After": "30"}), Reply("fine"))
+    client = client_for(llm_server, backoff_max_s=0.1)
+    t0 = time.monotonic()
+    assert client.chat(MSG).text == "fine"
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_parse_retry_after_seconds_and_http_date():
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after("-1") == 0.0
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    now = time.time()
+    assert 9 <= parse_retry_after(formatdate(now + 10, usegmt=True), now=now) <= 10
+    assert parse_retry_after(formatdate(now - 10, usegmt=True), now=now) == 0.0
+
+
+def test_503_twice_then_success(llm_server, caplog):
+    llm_server.script(Reply(status=503), Reply(status=503), Reply("up"))
+    client = client_for(llm_server)
+    with caplog.at_level(logging.WARNING, logger="graphrag_pipeline.llm"):
+        assert client.chat(MSG).text == "up"
+    assert client.attempts == 3 and client.usage_snapshot().calls == 1
+    assert llm_server.chat_count == 3
+    retries = [r for r in caplog.records if r.name == "graphrag_pipeline.llm"]
+    assert len(retries) == 2 and "HTTP 503" in retries[0].getMessage()
+    assert TEST_API_KEY not in caplog.text
+
+
+def test_timeout_then_success(llm_server):
+    llm_server.script(Reply("late", delay_s=1.0), Reply("on time"))
+    client = client_for(llm_server, timeout_s=0.3)
+    assert client.chat(MSG).text == "on time"
+    assert client.attempts == 2 and client.usage_snapshot().calls == 1
+
+
+def test_malformed_body_is_retried(llm_server):
+    llm_server.script(Reply(raw_body='{"choices": [ truncated'), Reply(raw_body="{}"), Reply("good"))
+    client = client_for(llm_server)
+    assert client.chat(MSG).text == "good"
+    assert client.attempts == 3
+
+
+def test_persistent_500_fails_after_max_retries(llm_server):
+    llm_server.responder = lambda body: Reply("boom", status=500)
+    client = client_for(llm_server, max_retries=3)
+    with pytest.raises(LLMError) as info:
+        client.chat(MSG)
+    err = info.value
+    assert llm_server.chat_count == 4 and client.attempts == 4
+    assert "500" in str(err) and "4 attempts" in str(err) and llm_server.base_url in str(err)
+    assert err.status == 500 and err.attempts == 4
+    assert err.__cause__ is None and err.__suppress_context__
+    _no_secret(err, client)
+    assert client.usage_snapshot().calls == 0
+
+
+def test_401_is_not_retried_and_key_is_scrubbed(llm_server):
+    # a server that echoes the key back in its error message must not leak it through our exception
+    llm_server.script(Reply(f"Incorrect API key provided: {TEST_API_KEY}", status=401))
+    client = client_for(llm_server)
+    with pytest.raises(LLMError) as info:
+        client.chat(MSG)
+    assert llm_server.chat_count == 1 and client.attempts == 1
+    assert "401" in str(info.value) and "not retried" in str(info.value)
+    _no_secret(info.value)
+
+
+@pytest.mark.parametrize("status", [400, 403, 404])
+def test_other_4xx_fail_immediately(llm_server, status):
+    llm_server.script(Reply(status=status))
+    client = client_for(llm_server)
+    with pytest.raises(LLMError) as info:
+        client.chat(MSG)
+    assert info.value.status == status and client.attempts == 1
+
+
+def test_connection_refused():
+    server = ScriptedLLMServer()
+    server.base_url = f"http://127.0.0.1:{_closed_port()}/v1"  # never started: nothing listens
+    client = client_for(server, max_retries=1)
+    with pytest.raises(LLMError) as info:
+        client.chat(MSG)
+    assert not isinstance(info.value, LLMCancelled)
+    assert "connection" in str(info.value).lower() and "2 attempts" in str(info.value)
+    assert server.base_url in str(info.value)
+    _no_secret(info.value)
+
+
+# -- concurrency and cancellation ----------------------------------------------------------------------
+
+def test_chat_many_bounded_concurrency_order_and_failures(kv):
+    def responder(body):
+        content = body["messages"][-1]["content"]
+        if content == "bad":
+            return Reply("rejected", status=400)
+        return Reply(f"answer {content}", delay_s=0.25)
+
+    with ScriptedLLMServer(responder) as server:
+        client = client_for(server, cache=kv, max_concurrent=3)
+        calls = [{"messages": [{"role": "user", "content": str(i) if i != 4 else "bad"}]} for i in range(9)]
+        t0 = time.monotonic()
+        results = client.chat_many(calls)
+        elapsed = time.monotonic() - t0
+        assert server.max_in_flight == 3  # concurrent, but never above max_concurrent
+        assert elapsed < 8 * 0.25  # not sequential
+    assert isinstance(results[4], LLMError) and results[4].status == 400
+    for i, r in enumerate(results):
+        if i != 4:
+            assert isinstance(r, ChatResult) and r.text == f"answer {i}"
+    assert client.usage_snapshot().calls == 8
+
+
+def test_shared_client_limit_applies_across_threads():
+    with ScriptedLLMServer(lambda body: Reply("ok", delay_s=0.2)) as server:
+        client = client_for(server, max_concurrent=2)
+        threads = [threading.Thread(target=client.chat, args=([{"role": "user", "content": str(i)}],)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert server.max_in_flight == 2 and server.chat_count == 6
+
+
+def test_cancel_during_backoff_is_prompt(llm_server):
+    llm_server.responder = lambda body: Reply(status=429, headers={"Retry-After": "30"})
+    client = client_for(llm_server, backoff_max_s=60)
+    outcome: dict = {}
+
+    def run():
+        try:
+            client.chat(MSG)
+        except BaseException as exc:  # noqa: BLE001
+            outcome["exc"] = exc
+        outcome["at"] = time.monotonic()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while llm_server.chat_count == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # now sleeping on a 30 s Retry-After
+    t0 = time.monotonic()
+    client.cancel()
+    worker.join(timeout=5)
+    assert not worker.is_alive()
+    assert outcome["at"] - t0 < 1.0
+    assert isinstance(outcome["exc"], LLMCancelled)
+    with pytest.raises(LLMCancelled):  # new calls are refused
+        client.chat([{"role": "user", "content": "another"}])
+    with pytest.raises(LLMCancelled):
+        client.chat_many([{"messages": MSG}, {"messages": MSG}])
+    assert llm_server.chat_count == 1
+
+
+def test_cancel_while_waiting_for_a_slot(llm_server):
+    llm_server.responder = lambda body: Reply("slow", delay_s=0.6)
+    client = client_for(llm_server, max_concurrent=1)
+    results: dict = {}
+
+    def run(name):
+        try:
+            results[name] = client.chat([{"role": "user", "content": name}])
+        except LLMError as exc:
+            results[name] = exc
+        results[name + "_at"] = time.monotonic()
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    while llm_server.chat_count == 0:
+        time.sleep(0.01)
+    second = threading.Thread(target=run, args=("second",))  # waits for the only slot
+    second.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    client.cancel()
+    second.join(timeout=5)
+    first.join(timeout=5)
+    assert isinstance(results["second"], LLMCancelled) and results["second_at"] - t0 < 0.5
+    assert isinstance(results["first"], ChatResult)  # the request already on the wire completes
+    assert llm_server.chat_count == 1
+
+
+# -- embeddings -------------------------------------------------------------------------------------------
+
+def test_embed_normalised_rows_in_order_batched_and_cached(llm_server, kv):
+    client = client_for(llm_server, cache=kv, embedding_model="test-embed")
+    texts = [f"text number {i}" for i in range(70)] + ["text number 3"]  # 70 distinct -> batches of 64 + 6
+    llm_server.script_embeddings(Reply(status=503))  # the first request is retried
+    vecs = client.embed(texts)
+    assert vecs.dtype == np.float32 and vecs.shape == (71, 16)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    for i, text in enumerate(texts):
+        raw = np.asarray(embedding_vector(text), dtype=np.float32)
+        assert np.allclose(vecs[i], raw / np.linalg.norm(raw), atol=1e-6)
+    assert [len(r["input"]) for r in llm_server.embedding_requests] == [64, 64, 6]
+    assert all(r["model"] == "test-embed" for r in llm_server.embedding_requests)
+    assert client.attempts == 3 and client.usage_snapshot().calls == 2
+
+    again = client_for(llm_server, cache=KVCache(kv.path), embedding_model="test-embed").embed(texts[::-1])
+    assert len(llm_server.embedding_requests) == 3  # all from cache
+    assert np.array_equal(again, vecs[::-1])
+    other_model = client_for(llm_server, cache=kv, embedding_model="other-embed")
+    other_model.embed(["text number 0"])
+    assert len(llm_server.embedding_requests) == 4  # the model is part of the key
+
+
+def test_embed_without_model_is_a_config_error(llm_server):
+    with pytest.raises(ValueError):
+        client_for(llm_server).embed(["x"])
+
+
+# -- configuration and secrets ---------------------------------------------------------------------------
+
+ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL",
+       "GRAPHRAG_MAX_CONCURRENT_CHATS", "GRAPHRAG_LLM_TIMEOUT", "GRAPHRAG_LLM_MAX_RETRIES")
+
+
+def test_from_env(monkeypatch, llm_server, kv):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert LLMClient.from_env() is None
+
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.base_url)  # a local endpoint without a key
+    client = LLMClient.from_env(cache=kv)
+    assert client.model == "gpt-4o-mini" and client.embedding_model is None
+    assert (client.max_concurrent, client.timeout_s, client.max_retries) == (10, 120.0, 5)
+    assert client.chat(MSG).text == "OK"
+    assert llm_server.request_headers[-1]["authorization"] == "Bearer EMPTY"
+    assert client.cache is kv
+
+    for name, value in [("OPENAI_API_KEY", TEST_API_KEY), ("GRAPHRAG_LLM_MODEL", "qwen2.5"),
+                        ("GRAPHRAG_EMBEDDING_MODEL", "bge-m3"), ("GRAPHRAG_MAX_CONCURRENT_CHATS", "4"),
+                        ("GRAPHRAG_LLM_TIMEOUT", "30"), ("GRAPHRAG_LLM_MAX_RETRIES", "2")]:
+        monkeypatch.setenv(name, value)
+    client = LLMClient.from_env()
+    assert (client.model, client.embedding_model) == ("qwen2.5", "bge-m3")
+    assert (client.max_concurrent, client.timeout_s, client.max_retries) == (4, 30.0, 2)
+    assert client.describe() == f"model qwen2.5 at {llm_server.base_url}"
+    client.chat(MSG)
+    assert llm_server.requests[-1]["model"] == "qwen2.5"
+    assert llm_server.request_headers[-1]["authorization"] == f"Bearer {TEST_API_KEY}"
+    _no_secret(client)
+
+    monkeypatch.delenv("OPENAI_BASE_URL")  # key only: the default OpenAI endpoint (not contacted here)
+    assert LLMClient.from_env().describe() == "model qwen2.5 at https://api.openai.com/v1"
+
+
+def test_describe_and_repr_strip_credentials(llm_server):
+    port = llm_server.base_url.split(":")[2].split("/")[0]
+    client = client_for(llm_server, base_url=f"http://user:{TEST_API_KEY}@127.0.0.1:{port}/v1?api-key={TEST_API_KEY}")
+    assert client.describe() == f"model test-model at http://127.0.0.1:{port}/v1"
+    assert repr(client) == f"LLMClient(model test-model at http://127.0.0.1:{port}/v1)"
+    _no_secret(client, vars(client).get("_key"))
+    assert redact_url("https://a:b@[::1]:8000/v1/?k=v#f") == "https://[::1]:8000/v1"
+
+
+def test_parse_json_reply():
+    assert parse_json_reply('{"a": 1}') == {"a": 1}
+    assert parse_json_reply('```json\n{"a": [1, 2,]}\n```') == {"a": [1, 2]}
+    assert parse_json_reply("{'a': 'x', 'b': [1, 2") == {"a": "x", "b": [1, 2]}
+    assert parse_json_reply("") is None

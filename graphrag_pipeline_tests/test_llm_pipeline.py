@@ -1,0 +1,185 @@
+"""The LLM methods end to end through Dagster, against the scripted OpenAI-compatible server:
+extraction with gleaning and the logit-bias loop check, LLM resolution, LLM reports, summaries,
+query rewrite and answers, caching (a rebuild makes zero calls), an edit paying only for what
+changed, and endpoint faults failing only the affected documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphrag_pipeline.core.extract_llm import loop_logit_bias
+from graphrag_pipeline_tests.conftest import cli, cli_json
+from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
+from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer
+
+SECRET = "test-key-SECRET-do-not-leak"
+
+
+@pytest.fixture
+def fake():
+    return FakeLLM()
+
+
+@pytest.fixture
+def server(fake, monkeypatch, home, corpus):
+    with ScriptedLLMServer(fake) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("GRAPHRAG_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "2")
+        monkeypatch.setenv("GRAPHRAG_LLM_TIMEOUT", "5")
+        yield srv
+
+
+def kinds(srv, start: int = 0) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for body in srv.requests[start:]:
+        k = classify(body["messages"])
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+def test_general_build_with_gleaning_llm_reports_then_free_rebuild(server, fake, corpus, home):
+    fake.glean_text = f'("entity"<|>"GLEANED THING"<|>"category"<|>"Found in the second round")<|COMPLETE|>'
+    code, out = cli("build", "--corpus", str(corpus), "--method", "general")
+    assert code == 0, out
+    assert SECRET not in out
+    k = kinds(server)
+    chunks = sum(json.loads(p.read_text())["chunks"] for p in (home / "tables" / "chunks").glob("*.json"))
+    assert k["general_extract"] == chunks
+    assert k["general_continue"] == chunks  # default: one gleaning round
+    assert "general_loop" not in k  # the loop check only runs between rounds
+    assert k["report"] > 0 and k.get("resolution", 0) >= 0
+    stats = cli_json("stats", "--json")
+    assert stats["llm"]["calls"] == len(server.requests)
+    assert stats["llm"]["prompt_tokens"] > 0 and stats["llm"]["completion_tokens"] > 0
+    names = {e["name"] for e in cli_json("query", "GLEANED THING", "--json")["entities"]}
+    assert "GLEANED THING" in names
+    report = json.loads(next((home / "reports").glob("*.json")).read_text())
+    assert report["extractive"] is False and report["findings"]
+
+    before = len(server.requests)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "general")
+    assert code == 0 and "everything is up to date" in out
+    assert len(server.requests) == before
+
+    # a forced rebuild of every asset still makes no call: every answer is cached
+    import shutil
+    shutil.rmtree(home / "tables" / "doc_subgraph")
+    for p in (home / "cache").glob("*"):
+        pass
+    code, out = cli("build", "--corpus", str(corpus), "--method", "general")
+    assert code == 0, out
+    assert len(server.requests) == before
+    assert cli_json("stats", "--json")["llm"]["cache_hits"] > 0
+
+
+def test_general_loop_check_uses_logit_bias_and_single_token(server, fake, corpus, home, monkeypatch):
+    monkeypatch.setenv("GRAPHRAG_MAX_GLEANINGS", "3")
+    fake.loop_answer = "NO"
+    for p in list(corpus.iterdir())[1:]:
+        p.unlink()
+    code, out = cli("build", "--corpus", str(corpus), "--method", "general")
+    assert code == 0, out
+    loops = [b for b in server.requests if classify(b["messages"]) == "general_loop"]
+    assert loops, "the loop check must run between gleaning rounds"
+    for body in loops:
+        assert body["max_tokens"] == 1
+        assert {int(k): v for k, v in body["logit_bias"].items()} == loop_logit_bias()
+    k = kinds(server)
+    # NO after the first round stops gleaning: one continuation per chunk, not three
+    assert k["general_continue"] == k["general_extract"] == len(loops)
+
+
+def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus, home, monkeypatch):
+    fake.quote_fields = False
+    for p in list(corpus.iterdir()):
+        if p.name not in ("darwin_and_wallace.txt", "turing_and_bletchley_park.txt"):
+            p.unlink()
+
+    def override(prompt):
+        if "Bletchley" in prompt:
+            return "Sorry, I cannot help with that."  # never parses: the chunk fails, the document survives
+        return None
+
+    fake.extract_override = override
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    info = json.loads((home / "tables" / "doc_subgraph" / "turing_and_bletchley_park.txt.json").read_text())
+    assert info["failed_chunks"] and "Sorry" in info["failed_chunks"][0]["raw"]
+    darwin = json.loads((home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json").read_text())
+    assert darwin["entities"] > 5 and not darwin["failed_chunks"]
+    # the failing chunk was retried a bounded number of times, the others asked once
+    k = kinds(server)
+    assert k["light_extract"] == 3 * len(info["failed_chunks"]) + sum(
+        json.loads(p.read_text())["chunks"] for p in (home / "tables" / "chunks").glob("*.json")) - len(info["failed_chunks"])
+
+
+def test_editing_one_document_pays_only_for_changed_chunks_and_communities(server, fake, corpus, home):
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    start = len(server.requests)
+    doc = corpus / "newton_and_the_royal_society.md"
+    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nIn 1705 Queen Anne knighted Isaac Newton at Trinity College.\n", encoding="utf-8")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    k = kinds(server, start)
+    assert 1 <= k.get("light_extract", 0) <= 2  # only the changed chunk(s) of the edited document
+    reports_before = start and k.get("report", 0)
+    all_reports = len(list((home / "reports").glob("*.json")))
+    assert reports_before < all_reports  # only changed communities get a new report
+
+
+def test_query_rewrite_and_answers(server, fake, corpus, home):
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    start = len(server.requests)
+    res = cli_json("query", "Who was Ada Lovelace?", "--json", "--answer")
+    k = kinds(server, start)
+    assert k.get("rewrite") == 1 and k.get("local_answer") == 1
+    assert res["answer"].startswith("LOCAL ANSWER")
+    assert any("LOVELACE" in e["name"].upper() for e in res["entities"]), res["entities"]
+    g = cli_json("query", "What are the main themes?", "--mode", "global", "--json", "--answer")
+    k = kinds(server, start)
+    assert k.get("global_map", 0) >= 1 and k.get("global_reduce") == 1
+    assert g["answer"].startswith("GLOBAL ANSWER")
+
+
+def test_answer_without_llm_explains(home, corpus, capsys):
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0
+    code, out = cli("query", "Who was Ada Lovelace?", "--json", "--answer")
+    assert code == 0 and json.loads(out)["answer"] is None
+    assert "no LLM endpoint is set" in capsys.readouterr().err
+
+
+def test_endpoint_failures_fail_only_the_affected_documents(server, fake, corpus, home):
+    for p in list(corpus.iterdir()):
+        if p.name not in ("darwin_and_wallace.txt", "curie_radioactivity.md"):
+            p.unlink()
+    original = fake.__call__
+
+    def flaky(body):
+        prompt = body["messages"][-1]["content"]
+        if "Radium Institute" in prompt or "polonium" in prompt:
+            return Reply(status=503, text="overloaded")
+        return original(body)
+
+    server.responder = flaky
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code != 0
+    assert "could not be extracted" in out and "curie_radioactivity.md" in out, out
+    assert SECRET not in out
+    assert (home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json").exists()
+    assert not (home / "tables" / "doc_subgraph" / "curie_radioactivity.md.json").exists()
+    # the endpoint recovers: the next build extracts only the failed document
+    server.responder = original
+    start = len(server.requests)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    k = kinds(server, start)
+    darwin_chunks = json.loads((home / "tables" / "chunks" / "darwin_and_wallace.txt.json").read_text())["chunks"]
+    curie_chunks = json.loads((home / "tables" / "chunks" / "curie_radioactivity.md.json").read_text())["chunks"]
+    assert k["light_extract"] <= curie_chunks < curie_chunks + darwin_chunks

@@ -1,0 +1,247 @@
+"""Tests for graphrag_pipeline.core.subgraph and graphrag_pipeline.core.merge."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from graphrag_pipeline.core.graph import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA
+from graphrag_pipeline.core.merge import merge_subgraphs
+from graphrag_pipeline.core.records import Entity, Extraction, Relation
+from graphrag_pipeline.core.subgraph import ENTITY_ROWS, RELATION_ROWS, build_doc_subgraph
+
+
+def ent(name: str, etype: str = "PERSON", description: str = "") -> Entity:
+    return Entity(name, etype, description, "")
+
+
+def rel(source: str, target: str, weight: float = 1.0, description: str = "", keywords=()) -> Relation:
+    return Relation(source, target, description, list(keywords), weight, "")
+
+
+def merge_docs(*docs):
+    """docs: (doc_id, [(position, chunk_id, Extraction)]) -> (MergeResult, [DocSubgraph])"""
+    subs = [build_doc_subgraph(doc_id, exts) for doc_id, exts in docs]
+    entities = pl.concat([s.entities for s in subs])
+    relations = pl.concat([s.relations for s in subs])
+    return merge_subgraphs(entities, relations), subs
+
+
+def node(result, key: str) -> dict:
+    rows = result.nodes.filter(pl.col("key") == key).to_dicts()
+    assert len(rows) == 1, (key, result.nodes["key"].to_list())
+    return rows[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# build_doc_subgraph
+# ---------------------------------------------------------------------------------------------
+
+
+def test_subgraph_rows_and_schema():
+    ext = Extraction(
+        [ent(' "Isaac  Newton" ', "person", " Physicist. "), ent("Royal Society", "organization")],
+        [rel("Isaac Newton", "royal society", 2, " president ", ["leads", ""])],
+    )
+    sub = build_doc_subgraph("doc1", [(3, "chunk-a", ext)])
+    assert sub.entities.schema == pl.Schema(ENTITY_ROWS)
+    assert sub.relations.schema == pl.Schema(RELATION_ROWS)
+    assert sub.entities.select("doc_id", "position", "source_id", "key", "name", "type", "description").rows() == [
+        ("doc1", 3, "chunk-a", "isaac newton", "Isaac Newton", "PERSON", "Physicist."),
+        ("doc1", 3, "chunk-a", "royal society", "Royal Society", "ORGANIZATION", ""),
+    ]
+    r = sub.relations.to_dicts()[0]
+    assert (r["source_key"], r["target_key"], r["source"], r["target"]) == (
+        "isaac newton", "royal society", "Isaac Newton", "Royal Society")
+    assert r["description"] == "president" and r["keywords"] == ["leads"] and r["weight"] == 2.0
+    assert sub.dropped_relations == 0
+
+
+def test_subgraph_drops_and_counts_self_and_unknown_relations():
+    ext = Extraction(
+        [ent("Darwin"), ent("Wallace"), ent("   ")],  # a blank name is no entity
+        [
+            rel("Darwin", "Wallace"),
+            rel("Darwin", "DARWIN"),  # self-relation (same key)
+            rel("Darwin", "Lyell"),  # endpoint not extracted in this chunk
+            rel("", "Wallace"),
+        ],
+        dropped_relations=2,  # already dropped by the extractor
+    )
+    sub = build_doc_subgraph("d", [(0, "c0", ext)])
+    assert sub.relations.height == 1
+    assert sub.entities["key"].to_list() == ["darwin", "wallace"]
+    assert sub.dropped_relations == 2 + 3
+
+
+def test_subgraph_relation_endpoints_must_be_in_the_same_chunk():
+    sub = build_doc_subgraph("d", [
+        (0, "c0", Extraction([ent("Darwin")])),
+        (1, "c1", Extraction([ent("Wallace")], [rel("Darwin", "Wallace")])),
+    ])
+    assert sub.relations.height == 0 and sub.dropped_relations == 1
+
+
+def test_subgraph_of_nothing_is_empty_with_schema():
+    sub = build_doc_subgraph("d", [])
+    assert sub.entities.height == 0 and sub.entities.schema == pl.Schema(ENTITY_ROWS)
+    assert sub.relations.height == 0 and sub.relations.schema == pl.Schema(RELATION_ROWS)
+
+
+# ---------------------------------------------------------------------------------------------
+# merge_subgraphs: nodes
+# ---------------------------------------------------------------------------------------------
+
+
+def test_same_name_in_different_case_is_one_node_with_most_frequent_form():
+    result, _ = merge_docs(
+        ("doc1", [(0, "c1", Extraction([ent("royal society", "ORGANIZATION")]))]),
+        ("doc2", [(0, "c2", Extraction([ent("Royal Society", "ORGANIZATION"), ent("ROYAL SOCIETY", "ORGANIZATION")])),
+                  (1, "c3", Extraction([ent("Royal Society", "ORGANIZATION")]))]),
+    )
+    assert result.nodes.height == 1
+    assert node(result, "royal society")["name"] == "Royal Society"  # 2 of 4, though seen second
+
+
+def test_display_name_tie_goes_to_the_first_seen_form():
+    result, _ = merge_docs(
+        ("doc1", [(0, "c1", Extraction([ent("Charles DARWIN"), ent("charles darwin")]))]),
+        ("doc2", [(0, "c2", Extraction([ent("charles darwin"), ent("Charles DARWIN")]))]),
+    )
+    assert node(result, "charles darwin")["name"] == "Charles DARWIN"
+
+
+def test_type_majority_vote_and_first_seen_tie_break():
+    result, _ = merge_docs(
+        ("doc1", [(0, "c1", Extraction([ent("Cambridge", "LOCATION"), ent("Trinity", "ORGANIZATION")]))]),
+        ("doc2", [(0, "c2", Extraction([ent("Cambridge", "ORGANIZATION"), ent("Trinity", "LOCATION")]))]),
+        ("doc3", [(0, "c3", Extraction([ent("cambridge", "organization")]))]),
+    )
+    assert node(result, "cambridge")["type"] == "ORGANIZATION"  # 2 votes to 1
+    assert node(result, "trinity")["type"] == "ORGANIZATION"  # 1 to 1: first seen (doc1)
+
+
+def test_descriptions_deduplicated_in_first_seen_order():
+    result, _ = merge_docs(
+        ("doc1", [(0, "c1", Extraction([ent("Newton", description="Physicist.")])),
+                  (1, "c2", Extraction([ent("Newton", description="")]))]),
+        ("doc2", [(0, "c3", Extraction([ent("Newton", description="President of the Royal Society.")])),
+                  (1, "c4", Extraction([ent("Newton", description="Physicist.")]))]),
+    )
+    n = node(result, "newton")
+    assert n["descriptions"] == ["Physicist.", "President of the Royal Society."]
+    assert n["description"] == DESCRIPTION_SEP.join(n["descriptions"])
+
+
+def test_node_without_any_description_has_empty_list():
+    result, _ = merge_docs(("doc1", [(0, "c1", Extraction([ent("Newton")]))]))
+    n = node(result, "newton")
+    assert n["descriptions"] == [] and n["description"] == ""
+
+
+def test_source_and_doc_ids_are_unioned():
+    result, _ = merge_docs(
+        ("doc-b", [(0, "c2", Extraction([ent("Newton")])), (1, "c1", Extraction([ent("Newton")]))]),
+        ("doc-a", [(0, "c3", Extraction([ent("newton")])), (1, "c3", Extraction([ent("NEWTON")]))]),
+    )
+    n = node(result, "newton")
+    assert n["source_ids"] == ["c1", "c2", "c3"]
+    assert n["doc_ids"] == ["doc-a", "doc-b"]
+
+
+# ---------------------------------------------------------------------------------------------
+# merge_subgraphs: edges
+# ---------------------------------------------------------------------------------------------
+
+
+def test_relation_weights_summed_per_unordered_pair():
+    result, _ = merge_docs(
+        ("doc1", [(0, "c1", Extraction([ent("Newton"), ent("Royal Society")],
+                                       [rel("Newton", "Royal Society", 2, "president", ["leads"])]))]),
+        ("doc2", [(0, "c2", Extraction([ent("royal society"), ent("NEWTON")],
+                                       [rel("royal society", "NEWTON", 3, "elected him", ["member", "leads"])])),
+                  (1, "c3", Extraction([ent("Newton"), ent("Royal Society")],
+                                       [rel("Newton", "Royal Society", 0.5, "president")]))]),
+    )
+    assert result.edges.height == 1
+    e = result.edges.to_dicts()[0]
+    assert (e["source_key"], e["target_key"]) == ("newton", "royal society")
+    assert (e["source"], e["target"]) == ("Newton", "Royal Society")
+    assert e["weight"] == pytest.approx(5.5)
+    assert e["descriptions"] == ["president", "elected him"]
+    assert e["description"] == "president\nelected him"
+    assert e["keywords"] == ["leads", "member"]
+    assert e["source_ids"] == ["c1", "c2", "c3"] and e["doc_ids"] == ["doc1", "doc2"]
+    assert result.dropped_relations == 0
+
+
+def test_edges_are_canonical_and_schemas_hold():
+    result, _ = merge_docs(
+        ("d", [(0, "c", Extraction([ent("Zeta"), ent("Alpha"), ent("Mu")],
+                                   [rel("Zeta", "Alpha"), rel("Mu", "Alpha"), rel("Zeta", "Mu")]))]),
+    )
+    assert result.nodes.schema == pl.Schema(NODE_SCHEMA)
+    assert result.edges.schema == pl.Schema(EDGE_SCHEMA)
+    pairs = result.edges.select("source_key", "target_key").rows()
+    assert pairs == sorted(pairs) and all(a < b for a, b in pairs)
+    assert len(set(pairs)) == 3
+
+
+def test_merge_drops_and_counts_self_and_unknown_relations():
+    entities = pl.DataFrame(
+        [("d", 0, "c", "newton", "Newton", "PERSON", ""), ("d", 0, "c", "hooke", "Hooke", "PERSON", "")],
+        schema=ENTITY_ROWS, orient="row",
+    )
+
+    def r(s, t):
+        return ("d", 0, "c", s, t, s.title(), t.title(), "", [], 1.0)
+
+    relations = pl.DataFrame(
+        [r("newton", "hooke"), r("hooke", "newton"), r("newton", "newton"), r("newton", "leibniz"), r("ghost", "hooke")],
+        schema=RELATION_ROWS, orient="row",
+    )
+    result = merge_subgraphs(entities, relations)
+    assert result.dropped_relations == 3
+    assert result.edges.height == 1 and result.edges["weight"].to_list() == [2.0]
+
+
+def test_merge_with_only_dropped_relations_has_no_edges():
+    entities = pl.DataFrame([("d", 0, "c", "newton", "Newton", "PERSON", "")], schema=ENTITY_ROWS, orient="row")
+    relations = pl.DataFrame([("d", 0, "c", "newton", "newton", "Newton", "Newton", "", [], 1.0)],
+                             schema=RELATION_ROWS, orient="row")
+    result = merge_subgraphs(entities, relations)
+    assert result.edges.height == 0 and result.dropped_relations == 1
+    assert result.nodes["degree"].to_list() == [0]
+    assert result.nodes["pagerank"].to_list() == [pytest.approx(1.0)]
+
+
+def test_degree_and_pagerank():
+    result, _ = merge_docs(
+        ("d", [(0, "c", Extraction([ent("Hub"), ent("A"), ent("B"), ent("C"), ent("Loner")],
+                                   [rel("Hub", "A"), rel("Hub", "B"), rel("Hub", "C"), rel("A", "B")]))]),
+    )
+    nodes = {r["key"]: r for r in result.nodes.to_dicts()}
+    assert {k: v["degree"] for k, v in nodes.items()} == {"hub": 3, "a": 2, "b": 2, "c": 1, "loner": 0}
+    assert sum(v["pagerank"] for v in nodes.values()) == pytest.approx(1.0)
+    assert nodes["hub"]["pagerank"] == max(v["pagerank"] for v in nodes.values())
+    assert nodes["loner"]["pagerank"] < nodes["c"]["pagerank"]
+
+
+def test_merge_of_empty_input():
+    empty_e = pl.DataFrame(schema=ENTITY_ROWS)
+    empty_r = pl.DataFrame(schema=RELATION_ROWS)
+    result = merge_subgraphs(empty_e, empty_r)
+    assert result.nodes.height == 0 and result.edges.height == 0 and result.dropped_relations == 0
+    assert result.nodes.schema == pl.Schema(NODE_SCHEMA) and result.edges.schema == pl.Schema(EDGE_SCHEMA)
+    # relations without any entity are all dropped and counted
+    orphan = pl.DataFrame([("d", 0, "c", "a", "b", "A", "B", "", [], 1.0)], schema=RELATION_ROWS, orient="row")
+    assert merge_subgraphs(empty_e, orphan).dropped_relations == 1
+
+
+def test_subgraph_and_merge_drop_counts_are_separate():
+    result, subs = merge_docs(
+        ("d", [(0, "c", Extraction([ent("A"), ent("B")], [rel("A", "B"), rel("A", "a"), rel("A", "Z")]))]),
+    )
+    assert subs[0].dropped_relations == 2  # self + unknown, dropped before merging
+    assert result.dropped_relations == 0  # nothing left to drop at merge level
+    assert result.edges.height == 1

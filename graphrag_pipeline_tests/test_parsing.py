@@ -1,0 +1,463 @@
+"""Tests for graphrag_pipeline.core.parsing: LLM extraction answers (tuple and JSON), yes/no checks,
+numbered entity-resolution answers -- with the messy output real models produce."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphrag_pipeline.core.parsing import ParseResult, parse_extraction, parse_numbered_answers, parse_yes_no
+
+
+def ents(result: ParseResult) -> dict[str, tuple[str, str]]:
+    """name -> (type, description)"""
+    return {e.name: (e.type, e.description) for e in result.extraction.entities}
+
+
+def rels(result: ParseResult) -> dict[tuple[str, str], tuple[str, list[str], float]]:
+    """(source, target) -> (description, keywords, weight)"""
+    return {(r.source, r.target): (r.description, r.keywords, r.weight) for r in result.extraction.relations}
+
+
+DARWIN = '("entity"<|>"CHARLES DARWIN"<|>"PERSON"<|>"English naturalist who sailed on HMS Beagle")'
+BEAGLE = '("entity"<|>HMS BEAGLE<|>SHIP<|>Royal Navy survey ship)'
+SAILED = ('("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"Darwin sailed as naturalist on the Beagle"'
+          '<|>"voyage, naturalist"<|>9)')
+
+# ---------------------------------------------------------------------------------------------
+# realistic full answers
+# ---------------------------------------------------------------------------------------------
+
+LIGHT_ANSWER = """\
+("entity"<|>"Charles Darwin"<|>"person"<|>"Charles Darwin was an English naturalist whose observations during the voyage of HMS Beagle shaped his theory of evolution.")##
+("entity"<|>"HMS Beagle"<|>"ship"<|>"HMS Beagle was a Royal Navy survey ship that carried Darwin around the world between 1831 and 1836.")##
+("entity"<|>"Galápagos Islands"<|>"geo"<|>"The Galápagos Islands are a Pacific archipelago where Darwin studied finches and tortoises.")##
+("entity"<|>"Robert FitzRoy"<|>"person"<|>"Robert FitzRoy was the captain of HMS Beagle.")##
+("relationship"<|>"Charles Darwin"<|>"HMS Beagle"<|>"Darwin sailed aboard HMS Beagle as the expedition's naturalist."<|>"voyage, naturalist role"<|>9)##
+("relationship"<|>"Charles Darwin"<|>"Galápagos Islands"<|>"Darwin's observations on the Galápagos informed his theory."<|>"field research, evolution"<|>8)##
+("relationship"<|>"Robert FitzRoy"<|>"HMS Beagle"<|>"FitzRoy commanded HMS Beagle during the second survey voyage."<|>"command, navigation"<|>7)##
+("content_keywords"<|>"evolution, natural selection, scientific voyage, Galápagos")<|COMPLETE|>
+"""
+
+GENERAL_ANSWER = """\
+("entity"<|>MARTIN SMITH<|>PERSON<|>Martin Smith is the chair of the Central Institution)
+##
+("entity"<|>CENTRAL INSTITUTION<|>ORGANIZATION<|>The Central Institution is the Federal Reserve of Verdantis, setting interest rates)
+##
+("relationship"<|>MARTIN SMITH<|>CENTRAL INSTITUTION<|>Martin Smith is the Chair of the Central Institution and will answer questions at a press conference<|>9)
+##
+("entity"<|>MARKET STRATEGY COMMITTEE<|>ORGANIZATION<|>The committee makes key decisions about interest rates)
+"""
+
+GLEANING = """
+MANY entities and relationships were missed in the last extraction. Remember to ONLY emit entities that match any of the previously extracted types. Add them below using the same format:
+("entity"<|>VERDANTIS<|>GEO<|>Verdantis is the country whose central bank is the Central Institution)
+##
+("entity"<|>martin smith<|>PERSON<|>Martin Smith will hold a press conference on Thursday)
+##
+("relationship"<|>CENTRAL INSTITUTION<|>VERDANTIS<|>The Central Institution is the central bank of Verdantis<|>8)
+##
+("relationship"<|>MARKET STRATEGY COMMITTEE<|>CENTRAL INSTITUTION<|>The committee belongs to the Central Institution<|>high)
+<|COMPLETE|>
+"""
+
+
+def test_full_light_answer():
+    r = parse_extraction(LIGHT_ANSWER, "chunk-1")
+    assert (r.ok, r.records, r.malformed) == (True, 8, 0)
+    e = ents(r)
+    assert set(e) == {"Charles Darwin", "HMS Beagle", "Galápagos Islands", "Robert FitzRoy"}
+    assert e["HMS Beagle"][0] == "SHIP" and e["Charles Darwin"][0] == "PERSON"
+    assert e["Robert FitzRoy"][1] == "Robert FitzRoy was the captain of HMS Beagle."
+    rs = rels(r)
+    assert rs[("Charles Darwin", "HMS Beagle")] == (
+        "Darwin sailed aboard HMS Beagle as the expedition's naturalist.", ["voyage", "naturalist role"], 9.0)
+    assert rs[("Robert FitzRoy", "HMS Beagle")][2] == 7.0
+    assert r.extraction.content_keywords == ["evolution", "natural selection", "scientific voyage", "Galápagos"]
+    assert r.extraction.dropped_relations == 0
+    assert {e.source_id for e in r.extraction.entities} | {x.source_id for x in r.extraction.relations} == {"chunk-1"}
+
+
+def test_full_general_answer_with_gleaning_continuation():
+    r = parse_extraction(GENERAL_ANSWER + GLEANING, "c7")
+    assert r.ok and r.malformed == 0
+    assert r.records == 8
+    e = ents(r)
+    assert set(e) == {"MARTIN SMITH", "CENTRAL INSTITUTION", "MARKET STRATEGY COMMITTEE", "VERDANTIS"}
+    # the gleaned record for "martin smith" is the same entity: its description is appended
+    assert e["MARTIN SMITH"][1] == ("Martin Smith is the chair of the Central Institution\n"
+                                    "Martin Smith will hold a press conference on Thursday")
+    rs = rels(r)
+    desc, kws, w = rs[("MARTIN SMITH", "CENTRAL INSTITUTION")]
+    assert desc.endswith("will answer questions at a press conference") and kws == [] and w == 9.0
+    assert rs[("CENTRAL INSTITUTION", "VERDANTIS")][2] == 8.0
+    assert rs[("MARKET STRATEGY COMMITTEE", "CENTRAL INSTITUTION")][2] == 1.0  # "high" is no number
+    # the gleaning instruction text itself yields nothing
+    assert not any("MANY" in n for n in e)
+
+
+def test_chinese_answer():
+    text = """以下是提取结果：
+("entity"<|>"郑和"<|>"人物"<|>"明朝航海家，率领船队七次下西洋。")##
+("entity"<|>"明朝"<|>"组织"<|>"中国历史上的朝代，支持郑和的远航。")##
+（"entity"<|>「宝船」<|>"船只"<|>"郑和船队中最大的船。"）##
+("relationship"<|>"郑和"<|>"明朝"<|>"郑和奉明朝皇帝之命出使西洋。"<|>"航海，外交；朝贡"<|>9)##
+("relationship"<|>"郑和"<|>"宝船"<|>"郑和乘坐宝船远航。"<|>"船队、远航"<|>"8/10")##
+("content_keywords"<|>"郑和下西洋，航海，明朝外交")<|COMPLETE|>"""
+    r = parse_extraction(text, "zh")
+    assert r.ok and r.records == 6 and r.malformed == 0
+    e = ents(r)
+    assert e["郑和"] == ("人物", "明朝航海家，率领船队七次下西洋。")
+    assert e["宝船"][0] == "船只"
+    rs = rels(r)
+    assert rs[("郑和", "明朝")] == ("郑和奉明朝皇帝之命出使西洋。", ["航海", "外交", "朝贡"], 9.0)
+    assert rs[("郑和", "宝船")][1:] == (["船队", "远航"], 8.0)
+    assert r.extraction.content_keywords == ["郑和下西洋", "航海", "明朝外交"]
+
+
+def test_truncated_answer_cut_mid_record():
+    text = DARWIN + "##\n" + BEAGLE + "##\n" + '("entity"<|>"ROBERT FITZROY"<|>"PERSON"<|>"Captain of the Beagle (later gov'
+    r = parse_extraction(text, "c")
+    assert r.ok and r.records == 2 and r.malformed == 1
+    assert set(ents(r)) == {"CHARLES DARWIN", "HMS BEAGLE"}
+    # cut right after a ')' inside a quoted description: still recognised as truncated
+    r2 = parse_extraction(DARWIN + "##\n" + '("entity"<|>"ROBERT FITZROY"<|>"PERSON"<|>"Captain (1805)', "c")
+    assert (r2.records, r2.malformed) == (1, 1) and set(ents(r2)) == {"CHARLES DARWIN"}
+    # a truncated relationship cannot keep a half description either
+    r3 = parse_extraction(DARWIN + "##" + BEAGLE + '##("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"Darwin sai', "c")
+    assert r3.extraction.relations == [] and r3.malformed == 1
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n", "I'm sorry, I cannot help with that.", "lorem ipsum <|> dolor ## sit",
+                                  "[citation needed]", "{not json at all"])
+def test_garbage_and_empty_are_not_ok(text):
+    r = parse_extraction(text, "c")
+    assert not r.ok
+    assert r.records == 0 and r.extraction.entities == [] and r.extraction.relations == []
+
+
+def test_explicit_empty_answer_is_ok():
+    assert parse_extraction("<|COMPLETE|>", "c").ok
+    assert parse_extraction("```\n<|COMPLETE|>\n```", "c").ok
+    assert parse_extraction("##\n<|COMPLETE|>", "c").ok
+    assert parse_extraction("No entities were found in this text.\n<|COMPLETE|>", "c").ok
+    r = parse_extraction('{"entities": [], "relationships": []}', "c")
+    assert r.ok and r.records == 0
+    # the completion marker after record-like text that could not be parsed is not "empty on purpose"
+    assert not parse_extraction('("entity"|"X"|"PERSON"|"desc")<|COMPLETE|>', "c").ok
+    assert not parse_extraction('"X"<|>"PERSON"<|>"no record type"\n<|COMPLETE|>', "c").ok
+
+
+# ---------------------------------------------------------------------------------------------
+# quoting, layout, delimiters
+# ---------------------------------------------------------------------------------------------
+
+
+def test_quote_styles_and_stray_spaces():
+    text = (
+        "(\"entity\"<|>  'ALAN TURING'  <|>'PERSON'<|>'Mathematician who said \"machines can think\"')##\n"
+        "( “entity” <|> “BLETCHLEY PARK” <|> “LOCATION” <|> “Codebreaking centre” )##\n"
+        "(entity<|>‘ENIGMA’<|>‘MACHINE’<|>‘German cipher device’)##\n"
+        "(\"relationship\"<|>ALAN TURING<|>'ENIGMA'<|>“Turing helped break Enigma”<|>‘cryptanalysis’<|> 10 )"
+    )
+    r = parse_extraction(text, "c")
+    assert r.records == 4 and r.malformed == 0
+    e = ents(r)
+    assert e["ALAN TURING"] == ("PERSON", 'Mathematician who said "machines can think"')
+    assert e["BLETCHLEY PARK"] == ("LOCATION", "Codebreaking centre")
+    assert e["ENIGMA"] == ("MACHINE", "German cipher device")
+    assert rels(r)[("ALAN TURING", "ENIGMA")] == ("Turing helped break Enigma", ["cryptanalysis"], 10.0)
+
+
+@pytest.mark.parametrize("sep", ["##", "\n", "##\n", "\n##\n", "", " ## ", "\n\n"])
+def test_record_separators(sep):
+    text = DARWIN + sep + BEAGLE + sep + SAILED
+    r = parse_extraction(text, "c")
+    assert r.records == 3 and r.malformed == 0
+    assert set(ents(r)) == {"CHARLES DARWIN", "HMS BEAGLE"}
+    assert ents(r)["HMS BEAGLE"][1] == "Royal Navy survey ship"
+    assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][2] == 9.0
+
+
+def test_stray_record_delimiters_at_start_and_end():
+    r = parse_extraction("##\n##" + DARWIN + "####" + BEAGLE + "##\n##\n<|COMPLETE|>", "c")
+    assert r.records == 2 and r.malformed == 0
+    assert ents(r)["CHARLES DARWIN"][1] == "English naturalist who sailed on HMS Beagle"
+
+
+def test_record_spanning_several_lines():
+    text = '("entity"<|>\n  "CHARLES DARWIN"<|>\n  "PERSON"<|>\n  "Naturalist (1809-1882)\nwho wrote On the Origin of Species"\n)##\n' + BEAGLE
+    r = parse_extraction(text, "c")
+    assert r.records == 2
+    assert ents(r)["CHARLES DARWIN"][1] == "Naturalist (1809-1882)\nwho wrote On the Origin of Species"
+
+
+def test_markdown_fences_bullets_and_bold():
+    text = f"""Here are the entities:
+
+```text
+- {DARWIN}
+* {BEAGLE}
+1. **{SAILED}**
+2. ("content_keywords"<|>"evolution; voyage")
+```
+
+<|COMPLETE|>"""
+    r = parse_extraction(text, "c")
+    assert (r.records, r.malformed) == (4, 0)
+    assert set(ents(r)) == {"CHARLES DARWIN", "HMS BEAGLE"}
+    assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][1:] == (["voyage", "naturalist"], 9.0)
+    assert r.extraction.content_keywords == ["evolution", "voyage"]
+
+
+def test_chatter_before_between_and_after_records():
+    text = ("Sure! Here are the entities:\n\n" + DARWIN + "\n" + BEAGLE + "\n\n"
+            "## Relationships\nNow the relationships between them (as requested):\n"
+            + SAILED + "\n\nLet me know if you need anything else.")
+    r = parse_extraction(text, "c")
+    assert r.records == 3 and r.malformed == 0
+    assert ents(r)["HMS BEAGLE"][1] == "Royal Navy survey ship"  # the heading did not leak into it
+    assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][0] == "Darwin sailed as naturalist on the Beagle"
+
+
+def test_missing_completion_marker_and_text_after_it():
+    r = parse_extraction(DARWIN + "##" + BEAGLE + "##" + SAILED, "c")
+    assert r.ok and r.records == 3
+    text = DARWIN + "##" + BEAGLE + "<|COMPLETE|>\n" + '("entity"<|>"IGNORED"<|>"PERSON"<|>"after the end")\nThanks!'
+    r = parse_extraction(text, "c")
+    assert r.records == 2 and "IGNORED" not in ents(r)
+    # the completion marker in another case is still the marker
+    assert "IGNORED" not in ents(parse_extraction(DARWIN + "<|complete|>" + '("entity"<|>IGNORED<|>X<|>y)', "c"))
+
+
+def test_tuple_delimiter_with_spaces_and_custom_delimiters():
+    r = parse_extraction('("entity" <|> "CHARLES DARWIN" <|>  "PERSON"  <|> "Naturalist" )', "c")
+    assert ents(r) == {"CHARLES DARWIN": ("PERSON", "Naturalist")}
+    # newer LightRAG style: <|#|> tuple delimiter, no parentheses, records one per line
+    text = ("entity<|#|>Charles Darwin<|#|>Person<|#|>Naturalist\n"
+            "entity<|#|>HMS Beagle<|#|>Ship<|#|>Survey ship\n"
+            "relation<|#|>Charles Darwin<|#|>HMS Beagle<|#|>Darwin sailed on the Beagle<|#|>voyage, naturalist<|#|>8\n"
+            "<|COMPLETE|>")
+    r = parse_extraction(text, "c", tuple_delimiter="<|#|>")
+    assert ents(r) == {"Charles Darwin": ("PERSON", "Naturalist"), "HMS Beagle": ("SHIP", "Survey ship")}
+    assert rels(r)[("Charles Darwin", "HMS Beagle")] == ("Darwin sailed on the Beagle", ["voyage", "naturalist"], 8.0)
+    assert r.records == 3 and r.malformed == 0
+    r = parse_extraction('(entity;;X CORP;;ORG;;A company)@@(entity;;Y;;ORG;;Another)[[END]](entity;;Z;;ORG;;no)',
+                         "c", tuple_delimiter=";;", record_delimiter="@@", completion_delimiter="[[END]]")
+    assert set(ents(r)) == {"X CORP", "Y"}
+
+
+def test_plain_pipe_is_not_a_delimiter():
+    r = parse_extraction('("entity"<|>"AT&T | Bell Labs"<|>"ORGANIZATION"<|>"Research lab | telecom")', "c")
+    assert ents(r) == {"AT&T | Bell Labs": ("ORGANIZATION", "Research lab | telecom")}
+    # a whole record written with "|" is not parsed (and is counted as malformed)
+    r = parse_extraction('("entity"|"ALAN TURING"|"PERSON"|"Mathematician")##\n' + DARWIN, "c")
+    assert set(ents(r)) == {"CHARLES DARWIN"} and r.malformed == 1
+    # neither is a variant like "<| >"
+    assert parse_extraction('("entity"<| >"ALAN TURING"<| >"PERSON"<| >"x")', "c").records == 0
+
+
+def test_delimiter_inside_entity_description_is_joined_back():
+    r = parse_extraction('("entity"<|>"TEMPLATE ENGINE"<|>"SOFTWARE"<|>"Uses <|> as its field separator")##'
+                         "(entity<|>SPLITTER<|>TOOL<|>splits on <|> and joins on<|>again)", "c")
+    assert r.records == 2
+    assert ents(r)["TEMPLATE ENGINE"] == ("SOFTWARE", "Uses <|> as its field separator")
+    assert ents(r)["SPLITTER"] == ("TOOL", "splits on <|> and joins on<|>again")
+
+
+def test_relationship_field_counts():
+    base = DARWIN + "##" + BEAGLE + "##"
+    four = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on)', "c", default_weight=2.0)
+    assert rels(four)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", [], 2.0)
+    general = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>6)', "c")
+    assert rels(general)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", [], 6.0)
+    light_no_strength = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>voyage, science)', "c")
+    assert rels(light_no_strength)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", ["voyage", "science"], 1.0)
+    light = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>voyage<|>7.5)', "c")
+    assert rels(light)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", ["voyage"], 7.5)
+    extra = parse_extraction(
+        base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>the Beagle, 1831<|>voyage; science<|>8)', "c")
+    assert rels(extra)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on<|>the Beagle, 1831", ["voyage", "science"], 8.0)
+    missing_target = parse_extraction(base + '("relationship"<|>CHARLES DARWIN)', "c")
+    assert missing_target.extraction.relations == [] and missing_target.malformed == 1
+
+
+def test_record_type_names_case_insensitive_and_quoted():
+    text = ("(ENTITY<|>CHARLES DARWIN<|>PERSON<|>naturalist)##('Entity'<|>HMS BEAGLE<|>SHIP<|>ship)##"
+            "(\"RELATIONSHIP\"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed<|>voyage<|>5)##"
+            "(relation<|>HMS BEAGLE<|>CHARLES DARWIN<|>carried<|>transport<|>3)##"
+            "(“high_level_keywords”<|>exploration, biology)##(Content_Keywords<|>evolution)")
+    r = parse_extraction(text, "c")
+    assert r.records == 6 and r.malformed == 0
+    assert set(ents(r)) == {"CHARLES DARWIN", "HMS BEAGLE"}
+    (rel,) = r.extraction.relations  # the two records are the same undirected pair: merged
+    assert rel.weight == 5.0 and rel.keywords == ["voyage", "transport"] and rel.description == "sailed\ncarried"
+    assert r.extraction.content_keywords == ["exploration", "biology", "evolution"]
+
+
+def test_unknown_record_type_is_malformed():
+    r = parse_extraction('("event"<|>"VOYAGE"<|>"1831"<|>"Second voyage")##' + DARWIN, "c")
+    assert r.records == 1 and r.malformed == 1 and set(ents(r)) == {"CHARLES DARWIN"}
+
+
+@pytest.mark.parametrize(
+    ("strength", "weight"),
+    [("9", 9.0), ("7.5", 7.5), ('"7.5"', 7.5), ("8/10", 8.0), ("0.8", 0.8), ("(6)", 6.0), ("high", 3.0),
+     ('""', 3.0), ("", 3.0), ("N/A", 3.0), ("strong", 3.0), ("7,5", 7.5)],
+)
+def test_strength_values(strength, weight):
+    text = DARWIN + "##" + BEAGLE + f'##("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"sailed"<|>"voyage"<|>{strength})'
+    r = parse_extraction(text, "c", default_weight=3.0)
+    assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][2] == weight
+
+
+# ---------------------------------------------------------------------------------------------
+# entities, relations, keywords
+# ---------------------------------------------------------------------------------------------
+
+
+def test_entities_differing_in_case_or_quotes_are_one():
+    text = ('("entity"<|>"Charles Darwin"<|>"PERSON"<|>"English naturalist")##'
+            '("entity"<|>CHARLES DARWIN<|>PERSON<|>English naturalist)##'
+            "(\"entity\"<|>'charles  darwin'<|>\"\"<|>\"Author of On the Origin of Species\")##"
+            '("entity"<|>“Charles Darwin”<|>PERSON<|>)')
+    r = parse_extraction(text, "c")
+    assert r.records == 4
+    (e,) = r.extraction.entities
+    assert e.name == "Charles Darwin" and e.type == "PERSON"
+    assert e.description == "English naturalist\nAuthor of On the Origin of Species"
+
+
+def test_entity_type_cleaning_and_empty_fields():
+    text = ('("entity"<|>"Royal Navy"<|>"military organization"<|>"British navy")##'
+            '("entity"<|>"Beagle Channel"<|>""<|>"A strait in Tierra del Fuego")##'
+            '("entity"<|>""<|>"PERSON"<|>"nameless")##'
+            '("entity"<|>"   "<|>"PERSON"<|>"blank name")##'
+            '("entity"<|>"LONELY NAME")##'
+            '("entity"<|>"First voyage"<|>"event")')
+    r = parse_extraction(text, "c")
+    e = ents(r)
+    assert e["Royal Navy"][0] == "MILITARY_ORGANIZATION"
+    assert e["Beagle Channel"][0] == "UNKNOWN"
+    assert e["First voyage"] == ("EVENT", "")
+    assert len(e) == 3 and r.records == 3 and r.malformed == 3
+
+
+def test_relations_to_unknown_entities_and_self_relations_are_dropped():
+    text = (DARWIN + "##" + BEAGLE + "##" + SAILED + "##"
+            '("relationship"<|>"CHARLES DARWIN"<|>"EMMA WEDGWOOD"<|>"married"<|>"family"<|>9)##'
+            '("relationship"<|>"ALFRED WALLACE"<|>"HMS BEAGLE"<|>"never sailed on it"<|>"none"<|>1)##'
+            '("relationship"<|>"Charles Darwin"<|>"charles darwin"<|>"himself"<|>"self"<|>5)')
+    r = parse_extraction(text, "c")
+    assert r.records == 6  # all parsed ...
+    assert list(rels(r)) == [("CHARLES DARWIN", "HMS BEAGLE")]  # ... but only one kept
+    assert r.extraction.dropped_relations == 3
+
+
+def test_relation_endpoints_use_entity_display_names_and_may_precede_entities():
+    text = ('("relationship"<|>"charles darwin"<|>"hms beagle"<|>"sailed"<|>"voyage"<|>4)##' + DARWIN + "##" + BEAGLE)
+    r = parse_extraction(text, "c")
+    assert list(rels(r)) == [("CHARLES DARWIN", "HMS BEAGLE")] and r.extraction.dropped_relations == 0
+
+
+def test_keyword_splitting():
+    text = (DARWIN + "##" + BEAGLE + "##"
+            '("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"sailed"<|>" voyage ;science,, naturalist ; voyage,"<|>9)##'
+            '("content_keywords"<|>"evolution;  natural selection ,, ; Beagle voyage")##'
+            '("content_keywords"<|>evolution<|>"finches")')
+    r = parse_extraction(text, "c")
+    assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][1] == ["voyage", "science", "naturalist"]
+    assert r.extraction.content_keywords == ["evolution", "natural selection", "Beagle voyage", "finches"]
+
+
+def test_repeated_relation_in_one_answer_is_kept_once():
+    text = (DARWIN + "##" + BEAGLE + "##" + SAILED + "##" + SAILED + "##"
+            '("relationship"<|>"HMS BEAGLE"<|>"CHARLES DARWIN"<|>"The Beagle carried Darwin"<|>"transport"<|>6)')
+    r = parse_extraction(text, "c")
+    (rel,) = r.extraction.relations
+    assert rel.weight == 9.0 and rel.keywords == ["voyage", "naturalist", "transport"]
+    assert rel.description == "Darwin sailed as naturalist on the Beagle\nThe Beagle carried Darwin"
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON answers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_json_answer():
+    text = """Here is the extraction in JSON:
+```json
+{
+  "entities": [
+    {"name": "Charles Darwin", "type": "person", "description": "English naturalist"},
+    {"entity_name": "HMS Beagle", "entity_type": "SHIP", "entity_description": "Survey ship"},
+    {"name": "", "type": "PERSON", "description": "no name"}
+  ],
+  "relationships": [
+    {"source": "Charles Darwin", "target": "HMS Beagle", "description": "sailed on", "keywords": ["voyage", "science"], "weight": "8"},
+    {"src_id": "HMS Beagle", "tgt_id": "Galapagos", "description": "visited", "keywords": "travel", "strength": 5}
+  ],
+  "content_keywords": "evolution, voyage"
+}
+```"""
+    r = parse_extraction(text, "c")
+    assert r.ok and r.records == 5 and r.malformed == 1
+    assert ents(r) == {"Charles Darwin": ("PERSON", "English naturalist"), "HMS Beagle": ("SHIP", "Survey ship")}
+    assert rels(r) == {("Charles Darwin", "HMS Beagle"): ("sailed on", ["voyage", "science"], 8.0)}
+    assert r.extraction.dropped_relations == 1  # Galapagos is not an entity of this answer
+    assert r.extraction.content_keywords == ["evolution", "voyage"]
+
+
+def test_broken_json_answer_is_repaired():
+    text = "{'entities': [{'name': 'Ada Lovelace', 'type': 'person', 'description': 'Mathematician',}, " \
+           "{'name': 'Analytical Engine', 'type': 'machine'}], 'relationships': [{'source': 'Ada Lovelace', " \
+           "'target': 'Analytical Engine', 'description': 'wrote programs for', 'strength': 'high'}]"
+    r = parse_extraction(text, "c", default_weight=2.5)
+    assert set(ents(r)) == {"Ada Lovelace", "Analytical Engine"}
+    assert rels(r)[("Ada Lovelace", "Analytical Engine")] == ("wrote programs for", [], 2.5)
+
+
+def test_json_list_of_objects():
+    text = '[{"name": "X CORP", "type": "ORG", "description": "a company"}, {"name": "Y LTD", "type": "ORG"}, ' \
+           '{"source": "X CORP", "target": "Y LTD", "description": "acquired", "weight": 4}]'
+    r = parse_extraction(text, "c")
+    assert set(ents(r)) == {"X CORP", "Y LTD"} and rels(r)[("X CORP", "Y LTD")][2] == 4.0
+
+
+# ---------------------------------------------------------------------------------------------
+# yes / no and numbered answers
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("YES", True), ("Y", True), ("yes.", True), ("Yes, there are more entities to extract.", True), ('"yes"', True),
+     ("**Yes**", True), ("  no\n", False), ("N", False), ("No.", False), ("NO<|COMPLETE|>", False),
+     ("Maybe", None), ("", None), ("Not sure", None), ("N/A", None), ("Yesterday", None), ("Nope", None),
+     ("Yes/No", None), ("The answer is yes", None)],
+)
+def test_parse_yes_no(text, expected):
+    assert parse_yes_no(text) is expected
+
+
+def test_numbered_answers_sentences():
+    text = ("For Question 1, `ALPHA` and `BETA` are the same entity.##\n"
+            'For Question 2, "NO LIMIT LLC" and "NO LIMITS" are different entities.##\n'
+            "For Question 3, `SAME DAY INC` and `DIFFERENT DAY INC` are not the same entity.##\n"
+            "For Question 4, I am not sure whether `X` and `Y` match.")
+    assert parse_numbered_answers(text, 5) == [True, False, False, None, None]
+
+
+def test_numbered_answers_compact_forms():
+    text = "1. Yes\nQuestion 2: No\n3<|>yes\n**Q4**: same\n5) different\nQuestion 6:\nYes"
+    assert parse_numbered_answers(text, 6) == [True, False, True, True, False, True]
+
+
+def test_numbered_answers_conflicts_missing_and_out_of_range():
+    text = ("For Question 1, `A` and `B` are the same entity. For Question 2, `C` and `D` are different entities.\n"
+            "1. No\n"                      # conflicts with the first answer to question 1
+            "2. No\n"                      # agrees with the first answer to question 2
+            "Question 7: yes\n"            # there is no question 7
+            "Question 0: no")
+    assert parse_numbered_answers(text, 4) == [None, False, None, None]
+    assert parse_numbered_answers("", 2) == [None, None]
+    assert parse_numbered_answers("I cannot answer these questions.", 3) == [None, None, None]

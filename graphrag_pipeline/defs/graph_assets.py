@@ -186,16 +186,24 @@ def community_reports(context: dg.AssetExecutionContext, settings: PipelineSetti
         return outcome.report, (outcome.error or "unparsable answer") if outcome.fallback else None
 
     # deepest level first, so a large community can use the reports of its sub-communities
-    for level in sorted({table[k]["level"] for k in keys}, reverse=True):
-        level_keys = [k for k in keys if table[k]["level"] == level]
-        with ThreadPoolExecutor(max_workers=client.max_concurrent if client else 1) as pool:
+    pool = ThreadPoolExecutor(max_workers=client.max_concurrent if client else 1, thread_name_prefix="report")
+    try:
+        for level in sorted({table[k]["level"] for k in keys}, reverse=True):
+            level_keys = [k for k in keys if table[k]["level"] == level]
             for cid, (report, fallback) in zip(level_keys, pool.map(make, level_keys)):
                 store.write_report(report)
                 written[cid] = report
                 if fallback:
                     fallbacks.append({"community": cid, "reason": fallback})
                     context.log.warning(f"report of {cid}: LLM answer unusable ({fallback}); extractive report written instead")
-        context.log.info(f"reports: level {level} done ({len(written)}/{len(keys)})")
+            context.log.info(f"reports: level {level} done ({len(written)}/{len(keys)})")
+    except BaseException:
+        # run terminated or endpoint failed: stop all LLM work now; finished reports stay stored
+        if client is not None:
+            client.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     if missing:
         context.log.warning(f"{len(missing)} report partitions no longer match a community (superseded by a newer build)")
     usage = client.usage_snapshot() if client else LLMUsage()

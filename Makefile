@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export GRAPHRAG_HOME ?= $(CURDIR)/.graphrag
 
-.PHONY: install demo test dev clean help
+.PHONY: install demo test dev clean help es-start es-stop
 
 help:
 	@echo "make demo   - create the environment, build the bundled corpus offline, run sample queries"
 	@echo "make test   - create the environment if needed and run the full test suite"
 	@echo "make dev    - open the Dagster UI (lineage, sensors, backfills) on GRAPHRAG_HOME"
+	@echo "make es-start / es-stop - a local single-node Elasticsearch on 127.0.0.1:9200 (tests use it)"
 	@echo "make clean  - remove GRAPHRAG_HOME state (keeps the environment)"
 
 install: $(STAMP)
@@ -27,11 +28,43 @@ demo: install
 	$(BIN)/graphrag-pipeline query "Who sailed with Charles Darwin on HMS Beagle?" --mode local
 	$(BIN)/graphrag-pipeline query "What were the main themes of science in Cambridge and London?" --mode global
 
-test: install
+test: install es-start
 	$(BIN)/python -m pytest
+
+es-start:
+	scripts/es.sh start
+
+es-stop:
+	scripts/es.sh stop
 
 dev: install
 	$(BIN)/graphrag-pipeline dev
 
 clean:
 	rm -rf "$(GRAPHRAG_HOME)"
+
+# -- benchmarks (see benchmarks/README.md; not tests, never collected by pytest) -----------------
+BENCH_STAMP := $(VENV)/.bench-installed-stamp
+BENCH_RUN := $(BIN)/python benchmarks/run.py
+BENCH_SMOKE := $(BENCH_RUN) --results-dir benchmarks/results/smoke --work-dir benchmarks/.work/smoke
+
+.PHONY: bench bench-smoke
+
+$(BENCH_STAMP): $(STAMP) benchmarks/requirements.txt
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -r benchmarks/requirements.txt
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_RUN) overhead --method light --chat-latency-ms 300
+	$(BENCH_RUN) overhead --method general --chat-latency-ms 300
+	$(BENCH_RUN) nano --chat-latency-ms 300 --concurrency 16
+	$(BENCH_RUN) scale --docs 1000 10000 50000 --max-minutes 60
+	$(BENCH_RUN) query --entities 100000 --questions 200
+	$(BENCH_RUN) plots
+
+bench-smoke: $(BENCH_STAMP)
+	$(BENCH_SMOKE) overhead --method light --docs 2 --chat-latency-ms 20
+	$(BENCH_SMOKE) overhead --method general --docs 2 --chat-latency-ms 20
+	$(BENCH_SMOKE) scale --docs 20 50 --max-minutes 3 --resolution-names 2000 --resolution-sample 300
+	$(BENCH_SMOKE) query --entities 2000 --questions 20
+	$(BENCH_SMOKE) plots

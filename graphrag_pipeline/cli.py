@@ -118,6 +118,23 @@ def _downstream_stale(instance) -> bool:
     return False
 
 
+def _elasticsearch_stale(paths: Paths) -> bool:
+    """With GRAPHRAG_ES_URL set: is Elasticsearch missing the build the DuckDB index holds?"""
+    from .core.es_index import EsConfig
+    from .query import DuckDBIndex, IndexNotFoundError
+
+    cfg = EsConfig.from_env(paths.home)
+    if cfg is None or not paths.index_file.exists():
+        return False
+    try:
+        from .query.es_index import EsIndex
+
+        with DuckDBIndex(paths.index_file) as local, EsIndex(cfg) as remote:
+            return local.meta.get("built_at") != remote.meta.get("built_at")
+    except (IndexNotFoundError, RuntimeError):
+        return True
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
     import dagster as dg
@@ -172,7 +189,12 @@ def cmd_build(args: argparse.Namespace) -> int:
             _say("[index] publishing the search index")
             success, events = _run_job(defs, instance, "index_job")
             ok &= success
-            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "community_reports", "chunks")))
+            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "community_reports", "chunks", "es_written", "es_deleted", "es_unchanged", "skipped")))
+    elif _elasticsearch_stale(paths):
+        _say("[index] Elasticsearch is behind the local index: syncing it")
+        success, events = _run_job(defs, instance, "index_job")
+        ok &= success
+        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("es_written", "es_deleted", "es_unchanged")))
     else:
         _say("everything is up to date")
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s")

@@ -10,13 +10,14 @@ from .defs.checks import (
 )
 from .defs.document_assets import chunks, doc_subgraph
 from .defs.graph_assets import communities, community_reports, knowledge_graph, resolved_graph
-from .defs.index_assets import search_index
+from .defs.index_assets import elasticsearch_index, search_index
 from .defs.jobs import documents_job, graph_job, index_job, reports_job
 from .defs.resources import llm_settings_from_env, settings_from_env
 from .defs.sensors import automation_sensor, corpus_sensor, daily_reconcile
 
 defs = dg.Definitions(
-    assets=[chunks, doc_subgraph, knowledge_graph, resolved_graph, communities, community_reports, search_index],
+    assets=[chunks, doc_subgraph, knowledge_graph, resolved_graph, communities, community_reports, search_index,
+            elasticsearch_index],
     asset_checks=[
         knowledge_graph_is_consistent, resolved_graph_is_consistent,
         communities_reference_entities, search_index_is_complete,

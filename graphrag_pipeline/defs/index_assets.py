@@ -8,12 +8,17 @@ import polars as pl
 
 from ..core.duckdb_index import write_duckdb_index
 from ..core.embedding import EndpointEmbedder, HashingEmbedder
+from ..core.es_index import EsConfig, EsIndexError, build_documents, publish, read_duckdb_tables
 from ..core.index_records import build_index_tables
 from .document_assets import chunks
 from .graph_assets import EAGER, communities, community_reports, resolved_graph
 from .metadata import md_table
 from .partitions import community_partitions, documents_partitions
 from .resources import LLMSettings, PipelineSettings
+
+class ElasticsearchConfig(dg.Config):
+    full_rebuild: bool = False  # write a new index and swap the alias even when a sync would do
+
 
 # eager, but never in the same tick as one of its inputs: otherwise the index would be published
 # right after new communities appear and before their reports exist
@@ -68,4 +73,30 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         "size_bytes": size,
         "embedding_model": embedder.model_id,
         "type_pool": md_table(tables.ty2ents.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"]),
+    })
+
+
+@dg.asset(
+    deps=[search_index],
+    group_name="index",
+    kinds={"elasticsearch"},
+    automation_condition=EAGER,
+    retry_policy=dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
+    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): changed records written, vanished ones deleted; a full rebuild swaps the alias atomically.",
+)
+def elasticsearch_index(context: dg.AssetExecutionContext, settings: PipelineSettings, config: ElasticsearchConfig) -> dg.MaterializeResult:
+    cfg = EsConfig.from_env(settings.home)
+    if cfg is None:
+        return dg.MaterializeResult(metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"})
+    tables, meta = read_duckdb_tables(settings.paths.index_file)
+    docs = build_documents(tables, meta)
+    context.log.info(f"syncing {len(docs)} records to {cfg.url} alias {cfg.alias}")
+    try:
+        stats = publish(cfg, docs, int(meta["embedding_dim"]), full_rebuild=config.full_rebuild)
+    except EsIndexError as exc:
+        raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
+    context.log.info(f"{'rebuilt' if stats.full_rebuild else 'updated'} {stats.index}: {stats.written} written, "
+                     f"{stats.deleted} deleted, {stats.unchanged} unchanged in {stats.seconds:.1f}s")
+    return dg.MaterializeResult(metadata={
+        **stats.to_metadata(), "url": cfg.url, "alias": cfg.alias, "records": len(docs), "seconds": round(stats.seconds, 2),
     })

@@ -2,7 +2,7 @@ import dagster as dg
 
 from .document_assets import chunks, doc_subgraph
 from .graph_assets import communities, community_reports, knowledge_graph, resolved_graph
-from .index_assets import search_index
+from .index_assets import elasticsearch_index, search_index
 
 documents_job = dg.define_asset_job(
     "documents_job", selection=[chunks, doc_subgraph],
@@ -16,4 +16,5 @@ reports_job = dg.define_asset_job(
     "reports_job", selection=[community_reports],
     description="Write the reports of a range of communities in one run.",
 )
-index_job = dg.define_asset_job("index_job", selection=[search_index], description="Publish the search index.")
+index_job = dg.define_asset_job("index_job", selection=[search_index, elasticsearch_index],
+                                 description="Publish the search index (DuckDB, and Elasticsearch when configured).")

@@ -57,7 +57,7 @@ class DuckDBIndex:
         return f"?::FLOAT[{self.dim}]"
 
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
-        sql = f"""SELECT key, name, type, description, pagerank, array_inner_product(embedding, {self._vec(vector)}) AS sim
+        sql = f"""SELECT key, name, type, description, pagerank, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM entities WHERE sim >= ? ORDER BY sim DESC, key LIMIT ?"""
         return self._rows(sql, [vector.tolist(), threshold, k])
 
@@ -81,7 +81,7 @@ class DuckDBIndex:
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
         sql = f"""SELECT source_key, target_key, source, target, description, weight,
-                         array_inner_product(embedding, {self._vec(vector)}) AS sim
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM relations WHERE sim >= ? ORDER BY sim DESC, source_key, target_key LIMIT ?"""
         return self._rows(sql, [vector.tolist(), threshold, k])
 
@@ -107,12 +107,12 @@ class DuckDBIndex:
 
     def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         sql = f"""SELECT community_id, level, title, summary, rating, text,
-                         array_inner_product(embedding, {self._vec(vector)}) AS sim
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM community_reports ORDER BY sim DESC, rating DESC, community_id LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
-        sql = f"""SELECT chunk_id, doc, position, text, array_inner_product(embedding, {self._vec(vector)}) AS sim
+        sql = f"""SELECT chunk_id, doc, position, text, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM chunks ORDER BY sim DESC, chunk_id LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
 
@@ -123,5 +123,17 @@ class DuckDBIndex:
         return dict(self.meta.get("counts", {}))
 
 
-def open_index(home: Path | None = None) -> DuckDBIndex:
-    return DuckDBIndex(Paths(Path(home) if home else default_home()).index_file)
+def open_index(home: Path | None = None, backend: str | None = None):
+    """The published index: Elasticsearch when GRAPHRAG_ES_URL is set (or backend="elasticsearch"),
+    else the DuckDB file under GRAPHRAG_HOME."""
+    from ..core.es_index import EsConfig
+
+    home = Path(home) if home else default_home()
+    cfg = EsConfig.from_env(home) if backend != "duckdb" else None
+    if cfg is not None:
+        from .es_index import EsIndex
+
+        return EsIndex(cfg)
+    if backend == "elasticsearch":
+        raise ValueError("backend 'elasticsearch' needs GRAPHRAG_ES_URL")
+    return DuckDBIndex(Paths(home).index_file)

@@ -104,3 +104,35 @@ def test_global_and_naive(index):
         query(index, "  ", "local")
     with pytest.raises(ValueError):
         query(index, "x", "sideways")
+
+
+def test_republishing_embeds_only_new_texts(tmp_path):
+    from graphrag_pipeline.core.duckdb_index import previous_vectors
+
+    class Counting(HashingEmbedder):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[str] = []
+
+        def embed(self, texts):
+            self.seen += list(texts)
+            return super().embed(texts)
+
+    nodes, edges = _graph()
+    communities = pl.DataFrame({"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]})
+    reports = [CommunityReport("L0-x", 0, "Alice and Bob", "Friends", 8.0, "r", [], ["Alice", "Bob"])]
+    chunks = pl.DataFrame({"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]})
+    first = Counting()
+    path = tmp_path / "i.duckdb"
+    tables = build_index_tables(nodes, edges, communities, reports, chunks, first)
+    write_duckdb_index(tables, path, {"embedding_model": first.model_id, "embedding_dim": first.dim})
+
+    chunks2 = pl.concat([chunks, pl.DataFrame({"chunk_id": ["c2"], "doc_id": ["d2"], "doc": ["b.txt"], "position": [0],
+                                               "text": ["Carol met Dave."]})])
+    second = Counting()
+    again = build_index_tables(nodes, edges, communities, reports, chunks2, second, previous_vectors(path, first.model_id))
+    assert second.seen == ["Carol met Dave."]
+    assert again.entities["embedding"].to_list() == tables.entities["embedding"].to_list()
+    fresh = build_index_tables(nodes, edges, communities, reports, chunks2, HashingEmbedder())
+    assert again.chunks["embedding"].to_list() == fresh.chunks["embedding"].to_list()
+    assert previous_vectors(path, "another-model") == {}

@@ -35,3 +35,32 @@ def write_duckdb_index(tables: IndexTables, target: Path, meta: dict) -> int:
             con.close()
         size = tmp.stat().st_size
     return size
+
+
+_TEXTS = {
+    "entities": "SELECT name AS text, embedding FROM entities",
+    "relations": "SELECT source || '->' || target || ': ' || description AS text, embedding FROM relations",
+    "community_reports": "SELECT title || chr(10) || summary AS text, embedding FROM community_reports",
+    "chunks": "SELECT text, embedding FROM chunks",
+}
+
+
+def previous_vectors(path: Path, embedding_model: str) -> dict:
+    """(text, embedding) per table of the published index, if it was built with the same embedder."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return {}
+    try:
+        rows = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchall()
+        row = rows[0] if rows else None
+        if not row or json.loads(row[0]) != embedding_model:
+            return {}
+        return {name: con.sql(sql).pl() for name, sql in _TEXTS.items()}
+    except duckdb.Error:
+        return {}
+    finally:
+        con.close()

@@ -34,15 +34,28 @@ class IndexTables:
         return {name: getattr(self, name).height for name in ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")}
 
 
-def _vectors(embedder, texts: list[str], batch: int = 512) -> pl.Series:
+def _vectors(embedder, texts: list[str], previous: pl.DataFrame | None = None, batch: int = 512) -> pl.Series:
+    """Vectors of `texts`; those found in `previous` (columns text, embedding) are reused, not recomputed."""
     import numpy as np
 
     dim = embedder.dim
+    dtype = pl.Array(pl.Float32, dim)
     if not texts:
-        return pl.Series("embedding", [], dtype=pl.Array(pl.Float32, dim))
-    parts = [embedder.embed(texts[i : i + batch]) for i in range(0, len(texts), batch)]
-    arr = np.vstack(parts).astype("float32")
-    return pl.Series("embedding", arr, dtype=pl.Array(pl.Float32, dim))
+        return pl.Series("embedding", [], dtype=dtype)
+    frame = pl.DataFrame({"text": texts}, schema={"text": pl.Utf8})
+    if previous is not None and previous.height and previous.schema.get("embedding") == dtype:
+        frame = frame.join(previous.unique("text", keep="first"), on="text", how="left", maintain_order="left")
+    else:
+        frame = frame.with_columns(pl.lit(None, dtype=dtype).alias("embedding"))
+    todo = frame.with_row_index("i").filter(pl.col("embedding").is_null())
+    if todo.height:
+        fresh = todo["text"].to_list()
+        arr = np.vstack([embedder.embed(fresh[i : i + batch]) for i in range(0, len(fresh), batch)]).astype("float32")
+        filled = pl.Series("embedding", arr, dtype=dtype)
+        frame = frame.with_row_index("i").join(todo.select("i").with_columns(filled.alias("new")), on="i", how="left",
+                                               maintain_order="left")
+        frame = frame.with_columns(pl.coalesce("embedding", "new").alias("embedding"))
+    return frame["embedding"].alias("embedding")
 
 
 def nhop_paths(g: nx.Graph) -> pl.DataFrame:
@@ -72,8 +85,13 @@ def build_index_tables(
     reports: list[CommunityReport],
     chunks: pl.DataFrame,
     embedder,
+    previous: dict[str, pl.DataFrame] | None = None,
 ) -> IndexTables:
-    """chunks: chunk_id, doc_id, doc (relative path), position, text."""
+    """chunks: chunk_id, doc_id, doc (relative path), position, text.
+
+    previous: per table, (text, embedding) of the last published index built with the same
+    embedder; vectors of unchanged texts are reused, so an update embeds only what changed."""
+    previous = previous or {}
     membership: dict[str, list[str]] = {}
     for cid, members in zip(communities["community_id"].to_list(), communities["nodes"].to_list()):
         for key in members:
@@ -81,11 +99,11 @@ def build_index_tables(
     entities = nodes.select("key", "name", "type", "description", "pagerank", "degree", "source_ids", "doc_ids").with_columns(
         pl.col("key").map_elements(lambda k: membership.get(k, []), return_dtype=pl.List(pl.Utf8)).alias("community_ids"),
     )
-    entities = entities.with_columns(_vectors(embedder, entities["name"].to_list()))
+    entities = entities.with_columns(_vectors(embedder, entities["name"].to_list(), previous.get("entities")))
 
     rel_text = [f"{s}->{t}: {d}" for s, t, d in zip(edges["source"], edges["target"], edges["description"])]
     relations = edges.select("source_key", "target_key", "source", "target", "description", "keywords", "weight", "source_ids").with_columns(
-        _vectors(embedder, rel_text)
+        _vectors(embedder, rel_text, previous.get("relations"))
     )
 
     names = dict(zip(nodes["key"].to_list(), nodes["name"].to_list()))
@@ -107,9 +125,11 @@ def build_index_tables(
         "entity_names": pl.List(pl.Utf8), "weight": pl.Float64, "extractive": pl.Boolean, "text": pl.Utf8,
     }
     reports_df = pl.DataFrame(rep_rows, schema=report_schema)
-    reports_df = reports_df.with_columns(_vectors(embedder, [f"{t}\n{s}" for t, s in zip(reports_df["title"], reports_df["summary"])]))
+    reports_df = reports_df.with_columns(_vectors(embedder, [f"{t}\n{s}" for t, s in zip(reports_df["title"], reports_df["summary"])],
+                                                  previous.get("community_reports")))
 
-    chunk_df = chunks.select("chunk_id", "doc_id", "doc", "position", "text").with_columns(_vectors(embedder, chunks["text"].to_list()))
+    chunk_df = chunks.select("chunk_id", "doc_id", "doc", "position", "text").with_columns(
+        _vectors(embedder, chunks["text"].to_list(), previous.get("chunks")))
 
     nhop = nhop_paths(to_networkx(nodes, edges))
     ty2ents = (

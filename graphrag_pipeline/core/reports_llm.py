@@ -172,6 +172,13 @@ def _sub_reports_text(texts: list[str]) -> str:
     return f"\n{SUB_REPORTS_HEADING}\n\n" + "\n\n".join(texts) + "\n" if texts else ""
 
 
+def fits_budget(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, max_tokens: int = 12000) -> bool:
+    """Whether the community's whole entity and relation tables fit in the prompt budget
+    (if not, its report is better written after the reports of its sub-communities)."""
+    entity_rows, relation_rows, _ = _ordered_rows(list(community["nodes"]), nodes, edges)
+    return count_tokens(_table(ENTITY_HEADER, entity_rows)) + count_tokens(_table(RELATION_HEADER, relation_rows)) <= max_tokens
+
+
 def pack_community_context(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, max_tokens: int = 12000,
                            sub_reports: dict[str, CommunityReport] | None = None,
                            children: list[str] | None = None) -> tuple[str, str, str]:

@@ -69,8 +69,8 @@ def search_index_is_complete(settings: PipelineSettings) -> dg.AssetCheckResult:
     reportable = store.read_communities().filter(pl.col("size") >= 2).height
     con = duckdb.connect(str(settings.paths.index_file), read_only=True)
     try:
-        n_ent, n_rel, n_rep = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("entities", "relations", "community_reports"))
-        no_vec = con.execute("SELECT (SELECT count(*) FROM entities WHERE embedding IS NULL) + (SELECT count(*) FROM relations WHERE embedding IS NULL)").fetchone()[0]
+        n_ent, n_rel, n_rep = (con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("entities", "relations", "community_reports"))
+        no_vec = con.execute("SELECT (SELECT count(*) FROM entities WHERE embedding IS NULL) + (SELECT count(*) FROM relations WHERE embedding IS NULL)").fetchall()[0][0]
     finally:
         con.close()
     passed = n_ent == nodes.height and n_rel == edges.height and n_rep == reportable and no_vec == 0

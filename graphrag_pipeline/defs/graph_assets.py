@@ -14,7 +14,7 @@ import polars as pl
 from ..core.communities import detect_communities
 from ..core.merge import merge_subgraphs
 from ..core.reports import CommunityReport, extractive_report
-from ..core.reports_llm import llm_report
+from ..core.reports_llm import fits_budget, llm_report
 from ..core.resolution import LLMJudge, resolve_incremental
 from ..core.summaries import summarise_long_descriptions
 from ..core.usage import LLMUsage, UsageLedger
@@ -185,18 +185,22 @@ def community_reports(context: dg.AssetExecutionContext, settings: PipelineSetti
                              sub_reports=sub_reports(cid), children=children.get(cid, []))
         return outcome.report, (outcome.error or "unparsable answer") if outcome.fallback else None
 
-    # deepest level first, so a large community can use the reports of its sub-communities
+    # Every community whose tables fit the prompt is written at once (maximum concurrency); the
+    # large ones follow, deepest level first, so they can use the reports of their sub-communities.
+    large = [k for k in keys if client is not None and children.get(k) and not fits_budget(table[k], nodes, edges)]
+    waves = [[k for k in keys if k not in set(large)]]
+    for level in sorted({table[k]["level"] for k in large}, reverse=True):
+        waves.append([k for k in large if table[k]["level"] == level])
     pool = ThreadPoolExecutor(max_workers=client.max_concurrent if client else 1, thread_name_prefix="report")
     try:
-        for level in sorted({table[k]["level"] for k in keys}, reverse=True):
-            level_keys = [k for k in keys if table[k]["level"] == level]
-            for cid, (report, fallback) in zip(level_keys, pool.map(make, level_keys)):
+        for wave in waves:
+            for cid, (report, fallback) in zip(wave, pool.map(make, wave)):
                 store.write_report(report)
                 written[cid] = report
                 if fallback:
                     fallbacks.append({"community": cid, "reason": fallback})
                     context.log.warning(f"report of {cid}: LLM answer unusable ({fallback}); extractive report written instead")
-            context.log.info(f"reports: level {level} done ({len(written)}/{len(keys)})")
+            context.log.info(f"reports: {len(written)}/{len(keys)} written")
     except BaseException:
         # run terminated or endpoint failed: stop all LLM work now; finished reports stay stored
         if client is not None:

@@ -6,7 +6,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ..core.duckdb_index import write_duckdb_index
+from ..core.duckdb_index import previous_vectors, write_duckdb_index
 from ..core.embedding import EndpointEmbedder, HashingEmbedder
 from ..core.es_index import EsConfig, EsIndexError, build_documents, publish, read_duckdb_tables
 from ..core.index_records import build_index_tables
@@ -55,7 +55,8 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     if llm.embedding_model != "hashing" and client is None:
         raise dg.Failure(f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL")
     embedder = EndpointEmbedder(client) if client else HashingEmbedder()
-    tables = build_index_tables(nodes, edges, comms, reports, chunk_df, embedder)
+    previous = previous_vectors(settings.paths.index_file, embedder.model_id)
+    tables = build_index_tables(nodes, edges, comms, reports, chunk_df, embedder, previous)
     size = write_duckdb_index(tables, settings.paths.index_file, {
         "embedding_model": embedder.model_id, "embedding_dim": embedder.dim, "method": settings.method,
         "documents": len(doc_keys), "communities": comms.height, "built_at": time.time(),

@@ -185,3 +185,21 @@ def test_export_graphml(built, tmp_path):
     stats = cli_json("stats", "--json")
     assert g.number_of_nodes() == stats["entities"] and g.number_of_edges() == stats["relations"]
     assert any(d.get("label") == "郑和" for _, d in g.nodes(data=True))
+
+
+def test_a_file_deleted_before_its_run_is_skipped_not_fatal(home, corpus, instance):
+    code, out = cli("stats", "--json")
+    inst = instance()
+    inst.add_dynamic_partitions("documents", ["darwin_and_wallace.txt", "ghost.txt"])
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline.defs.corpus_sync import range_tags
+    from graphrag_pipeline.defs.resources import apply_env_defaults
+
+    apply_env_defaults()  # what loading the definitions does in a fresh process
+
+    result = defs.resolve_job_def("documents_job").execute_in_process(
+        instance=inst, tags=range_tags(["darwin_and_wallace.txt", "ghost.txt"]), raise_on_error=False)
+    assert result.success
+    meta = _latest_metadata(inst, "chunks")
+    assert meta["skipped"] == 1 and "ghost.txt" in meta["skipped_documents"]
+    assert json.loads((home / "tables" / "chunks" / "ghost.txt.json").read_text())["status"] == "missing"

@@ -12,6 +12,7 @@ import dagster as dg
 from ..core.chunking import chunk_text
 from ..core.documents import file_hash, read_document, scan_corpus
 from ..core.extraction import ChunkTask, ExtractionStats, extract_tasks
+from ..core.store import CHUNK_ROWS
 from ..core.subgraph import build_doc_subgraph
 from ..core.usage import UsageLedger
 from .metadata import md_table
@@ -39,7 +40,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
         if f is None:
             skipped.append({"document": key, "reason": "file no longer in the corpus"})
             context.log.warning(f"{key}: file no longer in the corpus; skipped (its partition will be removed)")
-            store.write_chunks(key, pl.DataFrame(), {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0})
+            store.write_chunks(key, pl.DataFrame(schema=CHUNK_ROWS), {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0})
             continue
         content_hash = file_hash(f.path)
         doc = read_document(f.path, settings.max_document_bytes)
@@ -51,7 +52,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
                 "chunk_id": [c.id for c in pieces], "doc_id": [key] * len(pieces), "doc": [f.relpath] * len(pieces),
                 "position": [c.position for c in pieces], "text": [c.text for c in pieces], "tokens": [c.tokens for c in pieces],
             },
-            schema={"chunk_id": pl.Utf8, "doc_id": pl.Utf8, "doc": pl.Utf8, "position": pl.Int64, "text": pl.Utf8, "tokens": pl.Int64},
+            schema=CHUNK_ROWS,
         )
         tokens = int(df["tokens"].sum()) if df.height else 0
         store.write_chunks(key, df, {
@@ -91,8 +92,9 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     client = llm.client(settings.paths.cache_db) if method != "fast" else None
     keys = context.partition_keys
     infos = {key: store.chunk_info(key) or {} for key in keys}
-    frames = {key: store.read_chunks(key) for key in keys}
-    tasks = [ChunkTask(key, pos, cid, text) for key, df in frames.items() for pos, cid, text in df.select("position", "chunk_id", "text").rows()]
+    all_chunks = store.read_all_chunks(keys)  # one scan of the batch's files, not one read per document
+    tasks = [ChunkTask(key, pos, cid, text) for key, pos, cid, text in
+             all_chunks.select("doc_id", "position", "chunk_id", "text").sort("doc_id", "position").rows()]
     if client is not None:
         context.log.info(f"extracting {len(tasks)} chunks of {len(keys)} documents with {method} via {client.describe()}")
 

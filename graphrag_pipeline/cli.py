@@ -165,31 +165,42 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     ok = True
     batches = plan.batches(args.batch_size)
+    downstream = plan.changed or _downstream_stale(instance)
+    graph_done = False
     for i, batch in enumerate(batches, 1):
-        _say(f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}" + (f" .. {batch[-1]}" if len(batch) > 1 else ""))
-        success, events = _run_job(defs, instance, "documents_job", range_tags(batch))
+        last = i == len(batches)
+        job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
+        _say(f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}" + (f" .. {batch[-1]}" if len(batch) > 1 else "")
+             + (" (then merge, resolve, cluster)" if last else ""))
+        success, events = _run_job(defs, instance, job, range_tags(batch))
         ok &= success
-        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits")))
+        graph_done = last and success
+        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits",
+                                                                         "entities", "relations", "merged_pairs", "communities")))
 
-    if plan.changed or _downstream_stale(instance) or not ok:
-        _say("[graph] merging, resolving and clustering")
-        success, events = _run_job(defs, instance, "graph_job")
-        ok &= success
-        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "merged_pairs", "communities")))
-        if success:
+    if downstream or not ok:
+        if not graph_done:
+            _say("[graph] merging, resolving and clustering")
+            success, events = _run_job(defs, instance, "graph_job")
+            ok &= success
+            graph_done = success
+            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "merged_pairs", "communities")))
+        if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
             todo = [k for k in all_keys if k not in done]
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
-            _say(f"[reports] {len(todo)} of {len(all_keys)} community reports to write")
-            for batch in report_batches:
-                success, events = _run_job(defs, instance, "reports_job", range_tags(batch))
+            _say(f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write, then publish the index")
+            for i, batch in enumerate(report_batches, 1):
+                job = "publish_job" if i == len(report_batches) else "reports_job"
+                success, events = _run_job(defs, instance, job, range_tags(batch))
                 ok &= success
-                _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("reports", "llm_calls")))
-            _say("[index] publishing the search index")
-            success, events = _run_job(defs, instance, "index_job")
-            ok &= success
-            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "community_reports", "chunks", "es_written", "es_deleted", "es_unchanged", "skipped")))
+                _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("reports", "llm_calls", "entities", "relations",
+                                                                                 "community_reports", "chunks", "es_written", "es_deleted")))
+            if not report_batches:
+                success, events = _run_job(defs, instance, "index_job")
+                ok &= success
+                _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "community_reports", "chunks", "es_written", "es_deleted", "es_unchanged", "skipped")))
     elif _elasticsearch_stale(paths):
         _say("[index] Elasticsearch is behind the local index: syncing it")
         success, events = _run_job(defs, instance, "index_job")

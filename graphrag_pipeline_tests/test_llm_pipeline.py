@@ -65,15 +65,20 @@ def test_general_build_with_gleaning_llm_reports_then_free_rebuild(server, fake,
     assert code == 0 and "everything is up to date" in out
     assert len(server.requests) == before
 
-    # a forced rebuild of every asset still makes no call: every answer is cached
+    # forget every extraction result: the rebuild asks the LLM again, and the response cache
+    # answers every one of those prompts without a single HTTP call
     import shutil
+    import sqlite3
+
     shutil.rmtree(home / "tables" / "doc_subgraph")
-    for p in (home / "cache").glob("*"):
-        pass
+    con = sqlite3.connect(home / "cache" / "cache.sqlite")
+    con.execute("DELETE FROM extraction")
+    con.commit()
+    con.close()
     code, out = cli("build", "--corpus", str(corpus), "--method", "general")
     assert code == 0, out
     assert len(server.requests) == before
-    assert cli_json("stats", "--json")["llm"]["cache_hits"] > 0
+    assert cli_json("stats", "--json")["llm"]["cache_hits"] >= 2 * chunks  # extraction + gleaning per chunk
 
 
 def test_general_loop_check_uses_logit_bias_and_single_token(server, fake, corpus, home, monkeypatch):

@@ -12,8 +12,11 @@ import pytest
 from graphrag_pipeline_tests.conftest import cli, cli_json
 
 
-def _runs(instance, job_name: str) -> list:
-    return [r for r in instance.get_runs() if r.job_name == job_name]
+def _runs(instance, *job_names: str) -> list:
+    return [r for r in instance.get_runs() if r.job_name in job_names]
+
+
+DOC_JOBS = ("documents_job", "corpus_job")  # runs that process documents
 
 
 def _materialized(instance, asset: str, run_id: str | None = None) -> list[str]:
@@ -53,8 +56,9 @@ def test_build_materializes_everything_with_metadata_and_checks(built, home, ins
     assert stats["llm"] == {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
     inst = instance()
-    # documents are processed in one batch run, not one run per document
-    assert len(_runs(inst, "documents_job")) == 1
+    # documents are processed in one batch run (which then merges and clusters), not one run per document
+    assert len(_runs(inst, *DOC_JOBS)) == 1
+    assert len(inst.get_runs()) == 2  # documents + graph, then reports + index
     assert len(_materialized(inst, "chunks")) == 7
     expectations = {
         "chunks": ("chunks", "preview"), "doc_subgraph": ("entity_mentions", "preview"),
@@ -79,8 +83,7 @@ def test_second_build_does_nothing(built, home, corpus, instance):
     assert code == 0
     assert "everything is up to date" in out
     inst = instance()
-    assert len(_runs(inst, "documents_job")) == 1
-    assert len(_runs(inst, "graph_job")) == 1
+    assert len(inst.get_runs()) == 2
 
 
 def test_query_finds_expected_entities(built):
@@ -115,7 +118,7 @@ def test_editing_one_document_reruns_only_its_partitions_and_changed_reports(bui
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     inst = instance()
-    runs = _runs(inst, "documents_job")
+    runs = _runs(inst, *DOC_JOBS)
     assert len(runs) == 2
     latest = runs[0]
     assert _materialized(inst, "chunks", latest.run_id) == ["curie_radioactivity.md"]
@@ -148,7 +151,7 @@ def test_deleting_a_document_removes_its_partitions_and_contributions(built, hom
     assert "zheng_he_voyages_zh.txt" not in _index_names(home, "chunks", "doc")
     assert not list((home / "tables" / "chunks").glob("zheng_he_voyages_zh.txt*"))
     # nothing re-ran for the other documents
-    assert len(_runs(inst, "documents_job")) == 1
+    assert len(_runs(inst, *DOC_JOBS)) == 1
 
 
 def test_bad_files_are_skipped_with_a_message_and_others_build(home, corpus, instance, monkeypatch):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import string
+import threading
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -477,6 +478,14 @@ def judge_pairs(
     if judge is None:
         return sorted(p for p in pairs if offline_same(info[p[0]][0], info[p[1]][0]))
 
+    if hasattr(judge, "judge_all"):
+        # a judge that batches across types answers all pairs in as few prompts as possible
+        typed = [(info[a][1], info[a][0], info[b][0]) for a, b in pairs]
+        verdicts = list(judge.judge_all(typed))
+        if len(verdicts) != len(pairs):
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(pairs)} pairs")
+        return sorted(pair for pair, same in zip(pairs, verdicts) if same)
+
     by_type: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for pair in pairs:
         by_type[info[pair[0]][1]].append(pair)
@@ -582,27 +591,38 @@ class LLMJudge:
         self.concurrency = concurrency
         self.prompts = 0
         self.unparsed = 0
+        self._lock = threading.Lock()
 
-    def _ask(self, entity_type: str, batch: list[tuple[str, str]]) -> list[bool]:
+    def _ask(self, batch: list[tuple[str, str, str]]) -> list[bool]:
         from . import prompts
         from .parsing import parse_numbered_answers
 
-        etype = entity_type.lower()
+        types = {t.lower() for t, _, _ in batch}
+        kind = next(iter(types)) if len(types) == 1 else "entity"
         questions = "\n".join(
-            prompts.RESOLUTION_QUESTION.format(index=i, entity_type=etype, a=a, b=b) for i, (a, b) in enumerate(batch, 1)
+            prompts.RESOLUTION_QUESTION.format(index=i, entity_type=t.lower(), a=a, b=b) for i, (t, a, b) in enumerate(batch, 1)
         )
-        text = prompts.ENTITY_RESOLUTION.format(entity_type=etype, example_type="product", questions=questions,
+        text = prompts.ENTITY_RESOLUTION.format(entity_type=kind, example_type="product", questions=questions,
                                                 record_delimiter=prompts.RECORD_DELIMITER)
         answer = self.client.chat([{"role": "user", "content": text}]).text
         verdicts = parse_numbered_answers(answer, len(batch), prompts.RECORD_DELIMITER)
-        self.prompts += 1
-        self.unparsed += sum(1 for v in verdicts if v is None)
+        with self._lock:
+            self.prompts += 1
+            self.unparsed += sum(1 for v in verdicts if v is None)
         return [v is True for v in verdicts]
 
-    def __call__(self, entity_type: str, pairs: list[tuple[str, str]]) -> list[bool]:
+    def judge_all(self, pairs: list[tuple[str, str, str]]) -> list[bool]:
+        """(entity type, name a, name b) -> same?; `batch_size` questions a prompt, across types."""
         from concurrent.futures import ThreadPoolExecutor
 
-        batches = [pairs[i : i + self.batch_size] for i in range(0, len(pairs), self.batch_size)]
+        ordered = sorted(range(len(pairs)), key=lambda i: (pairs[i][0], i))  # keep a type's pairs together
+        batches = [[pairs[i] for i in ordered[j : j + self.batch_size]] for j in range(0, len(ordered), self.batch_size)]
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
-            results = list(pool.map(lambda b: self._ask(entity_type, b), batches))
-        return [v for part in results for v in part]
+            answers = [v for part in pool.map(self._ask, batches) for v in part]
+        out = [False] * len(pairs)
+        for pos, i in enumerate(ordered):
+            out[i] = answers[pos]
+        return out
+
+    def __call__(self, entity_type: str, pairs: list[tuple[str, str]]) -> list[bool]:
+        return self.judge_all([(entity_type, a, b) for a, b in pairs])

@@ -6,6 +6,8 @@ recorded as skipped, with the reason in the logs and in the metadata.
 """
 
 
+import time
+
 import polars as pl
 import dagster as dg
 
@@ -98,8 +100,13 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     if client is not None:
         context.log.info(f"extracting {len(tasks)} chunks of {len(keys)} documents with {method} via {client.describe()}")
 
+    last_log = [time.monotonic()]
+
     def progress(done: int, total: int) -> None:
-        context.log.info(f"extraction: {done}/{total} chunks")
+        # every few seconds, not every chunk: each log line is an event written to the instance
+        if done == total or time.monotonic() - last_log[0] >= 10:
+            last_log[0] = time.monotonic()
+            context.log.info(f"extraction: {done}/{total} chunks")
 
     stats = ExtractionStats()
     extracted = extract_tasks(tasks, method, settings.extraction_cache(), stats, client,

@@ -18,3 +18,14 @@ reports_job = dg.define_asset_job(
 )
 index_job = dg.define_asset_job("index_job", selection=[search_index, elasticsearch_index],
                                  description="Publish the search index (DuckDB, and Elasticsearch when configured).")
+
+# The CLI's build runs whole stretches of the graph in one run each, to pay Dagster's per-run
+# cost twice per build instead of four times: documents + graph, then reports + index.
+corpus_job = dg.define_asset_job(
+    "corpus_job", selection=[chunks, doc_subgraph, knowledge_graph, resolved_graph, communities],
+    description="Chunk and extract a range of documents, then merge, resolve and cluster the corpus.",
+)
+publish_job = dg.define_asset_job(
+    "publish_job", selection=[community_reports, search_index, elasticsearch_index],
+    description="Write the reports of a range of communities, then publish the index.",
+)

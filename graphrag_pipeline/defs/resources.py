@@ -15,7 +15,7 @@ ENV_DEFAULTS = {
     "GRAPHRAG_HOME": lambda: str(default_home()),
     "GRAPHRAG_CORPUS": lambda: str(default_corpus()),
     "GRAPHRAG_METHOD": default_method,
-    "GRAPHRAG_CHUNK_TOKENS": lambda: "1200",
+    "GRAPHRAG_CHUNK_TOKENS": lambda: "2000",
     "GRAPHRAG_CHUNK_OVERLAP": lambda: "100",
     "GRAPHRAG_MAX_DOCUMENT_BYTES": lambda: str(20 * 1024 * 1024),
     "GRAPHRAG_MAX_CLUSTER_SIZE": lambda: "12",
@@ -45,7 +45,7 @@ class PipelineSettings(dg.ConfigurableResource):
     home: str
     corpus_dir: str
     method: str = "fast"
-    chunk_tokens: int = 1200
+    chunk_tokens: int = 2000
     chunk_overlap: int = 100
     max_document_bytes: int = 20 * 1024 * 1024
     max_cluster_size: int = 12

@@ -107,6 +107,19 @@ class EsIndex:
                                                      sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}])]
         return rows
 
+    def keys_of_types(self, types: list[str], candidates: list[str], k: int) -> set[str]:
+        """Those candidate keys that are among the k highest-PageRank entities of the given types."""
+        if not types or not candidates:
+            return set()
+        type_filter = [{"term": {KG: "entity"}}, {"terms": {"entity_type_kwd": types}}]
+        total = self.es.count(index=self.cfg.alias, query={"bool": {"filter": type_filter}})["count"]
+        if total <= k:  # every entity of these types is in the top k: only the candidates are needed
+            hits = self._search(query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
+                                source=["entity_key_kwd"], size=len(candidates))
+            return {h["_source"]["entity_key_kwd"] for h in hits}
+        top = {e["key"] for e in self.entities_by_types(types, k)}
+        return top & set(candidates)
+
     def entities_by_keys(self, keys: list[str]) -> list[dict]:
         return [self._entity(s) for s in self._terms("entity", "entity_key_kwd", keys, self._ENT_FIELDS)] if keys else []
 

@@ -69,6 +69,18 @@ class DuckDBIndex:
             [types, k],
         )
 
+    def keys_of_types(self, types: list[str], candidates: list[str], k: int) -> set[str]:
+        """Those candidate keys that are among the k highest-PageRank entities of the given types."""
+        if not types or not candidates:
+            return set()
+        rows = self.con.execute(
+            """SELECT key FROM (SELECT key, row_number() OVER (ORDER BY pagerank DESC, key) AS rn
+                                FROM entities WHERE type IN (SELECT unnest(?)))
+               WHERE rn <= ? AND key IN (SELECT unnest(?))""",
+            [types, k, candidates],
+        ).fetchall()
+        return {r[0] for r in rows}
+
     def entities_by_keys(self, keys: list[str]) -> list[dict]:
         if not keys:
             return []

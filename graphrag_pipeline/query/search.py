@@ -126,7 +126,6 @@ def local_search(index, question: str, params: SearchParams | None = None, analy
 
     ent_vec = embedder.embed_one(", ".join(analysis.entities))
     ents = {r["key"]: dict(r) for r in index.entities_by_vector(ent_vec, p.ent_candidates, p.ent_sim_threshold)}
-    type_keys = {r["key"] for r in index.entities_by_types(analysis.answer_types, 10000)}
     rels = {
         (r["source_key"], r["target_key"]): dict(r)
         for r in index.relations_by_vector(embedder.embed_one(question), p.rel_candidates, p.rel_sim_threshold)
@@ -144,6 +143,9 @@ def local_search(index, question: str, params: SearchParams | None = None, analy
             nhop[pair]["sim"] += sim / (2 + i)
             nhop[pair]["pagerank"] = weights[i]
 
+    # type recall: the top entities (by PageRank) of the answer types; only membership matters
+    candidates = set(ents) | {k for pair in rels for k in pair} | {k for pair in nhop for k in pair}
+    type_keys = index.keys_of_types(analysis.answer_types, sorted(candidates), 10000)
     for key in type_keys & set(ents):
         ents[key]["sim"] *= 2
     for pair, r in rels.items():

@@ -29,7 +29,7 @@ def test_shape_dtype_and_model_id(emb):
     assert out.shape == (len(TEXTS), DEFAULT_DIM) and out.dtype == np.float32
     small = HashingEmbedder(dim=64)
     assert small.embed(["x"]).shape == (1, 64)
-    assert small.model_id == "hashing-v1-64" and emb.model_id == f"hashing-v1-{DEFAULT_DIM}"
+    assert small.model_id == "hashing-v2-64" and emb.model_id == f"hashing-v2-{DEFAULT_DIM}"
     assert emb.embed([]).shape == (0, DEFAULT_DIM)
 
 

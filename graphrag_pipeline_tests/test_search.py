@@ -50,7 +50,7 @@ def index(tmp_path):
 
 def test_nhop_paths_are_two_edge_walks_with_weights():
     nodes, edges = _graph()
-    paths = nhop_paths(to_networkx(nodes, edges)).filter(pl.col("entity_key") == "alice").to_dicts()
+    paths = nhop_paths(edges).filter(pl.col("entity_key") == "alice").to_dicts()
     assert paths == [{"entity_key": "alice", "path": ["alice", "bob", "carol"], "weights": [1.0, 4.0]}]
 
 

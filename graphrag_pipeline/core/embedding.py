@@ -2,7 +2,8 @@
 
 Vectors are L2-normalised, so a dot product is the cosine similarity. Character 3-grams of the
 case-folded text make near-identical names close ("Darwin" ~ "Charles Darwin"); words and CJK
-bigrams carry the rest. The hash is CRC32 (stable across processes, unlike Python's hash()).
+bigrams carry the rest. Hashes are CRC32 and multiply-shift (stable across processes, unlike
+Python's hash()), computed for a whole batch with numpy.
 """
 
 from __future__ import annotations
@@ -15,27 +16,30 @@ import numpy as np
 
 DEFAULT_DIM = 512
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 
-def _is_cjk(ch: str) -> bool:
-    return "\u4e00" <= ch <= "\u9fff" or "\u3400" <= ch <= "\u4dbf" or "\u3040" <= ch <= "\u30ff" or "\uac00" <= ch <= "\ud7af"
+_U64 = np.uint64
+_MIX = _U64(0x9E3779B97F4A7C15)
+_K = [_U64(k) for k in (0x100000001B3, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5, 0xFF51AFD7ED558CCD)]
 
 
-def _features(text: str) -> list[tuple[str, float]]:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    feats: list[tuple[str, float]] = []
-    for word in _WORD.findall(text):
-        if any(_is_cjk(c) for c in word):
-            feats += [("c1:" + c, 1.0) for c in word]
-            feats += [("c2:" + word[i : i + 2], 1.5) for i in range(len(word) - 1)]
-            continue
-        feats.append(("w:" + word, 1.0))
-        padded = f" {word} "
-        feats += [("g:" + padded[i : i + 3], 0.5) for i in range(len(padded) - 2)]
-    return feats
+def _is_cjk_array(cps: np.ndarray) -> np.ndarray:
+    return (((cps >= 0x4E00) & (cps <= 0x9FFF)) | ((cps >= 0x3400) & (cps <= 0x4DBF))
+            | ((cps >= 0x3040) & (cps <= 0x30FF)) | ((cps >= 0xAC00) & (cps <= 0xD7AF)))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """A 32-bit hash of 64-bit codes (multiply-shift), stable across processes and platforms."""
+    with np.errstate(over="ignore"):
+        return ((x * _MIX) >> _U64(32)) & _U64(0xFFFFFFFF)
 
 
 class HashingEmbedder:
+    """Features per text (all case-folded, NFKC): each non-CJK word (weight 1), the character
+    3-grams of " word " (0.5), and for CJK runs each character (1) and character bigram (1.5).
+    Features are hashed with a sign into `dim` buckets; the whole batch is hashed with numpy."""
+
     name = "hashing"
 
     def __init__(self, dim: int = DEFAULT_DIM):
@@ -43,14 +47,48 @@ class HashingEmbedder:
 
     @property
     def model_id(self) -> str:
-        return f"hashing-v1-{self.dim}"
+        return f"hashing-v2-{self.dim}"
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for feat, weight in _features(text or ""):
-                h = zlib.crc32(feat.encode("utf-8"))
-                out[row, h % self.dim] += weight if (h >> 31) & 1 else -weight
+        n, dim = len(texts), self.dim
+        if n == 0:
+            return np.zeros((0, dim), dtype=np.float32)
+        words = [_WORD.findall(unicodedata.normalize("NFKC", t or "").casefold()) for t in texts]
+        padded = [" " + " ".join(w) + " " for w in words]
+        lens = np.fromiter((len(p) for p in padded), dtype=np.int64, count=n)
+        cps = np.frombuffer("".join(padded).encode("utf-32-le"), dtype=np.uint32).astype(_U64)
+        row = np.repeat(np.arange(n, dtype=np.int64), lens)
+        cjk = _is_cjk_array(cps)
+        parts_row, parts_hash, parts_weight = [], [], []
+
+        def add(rows: np.ndarray, hashes: np.ndarray, weight: float) -> None:
+            parts_row.append(rows)
+            parts_hash.append(hashes)
+            parts_weight.append(np.full(len(rows), weight, dtype=np.float64))
+
+        with np.errstate(over="ignore"):
+            if len(cps) >= 3:  # character 3-grams inside " word " (never across words or CJK)
+                a, b, c = cps[:-2], cps[1:-1], cps[2:]
+                ok = (row[:-2] == row[2:]) & (b != _U64(32)) & ~(cjk[:-2] | cjk[1:-1] | cjk[2:])
+                add(row[:-2][ok], _mix(a[ok] * _K[0] + b[ok] * _K[1] + c[ok] * _K[2] + _U64(3)), 0.5)
+            if cjk.any():
+                add(row[cjk], _mix(cps[cjk] * _K[3] + _U64(1)), 1.0)
+                ok = (row[:-1] == row[1:]) & cjk[:-1] & cjk[1:]
+                add(row[:-1][ok], _mix(cps[:-1][ok] * _K[3] + cps[1:][ok] * _K[4] + _U64(2)), 1.5)
+        word_rows, word_hashes = [], []
+        for r, ws in enumerate(words):
+            for w in ws:
+                if not _CJK.search(w):
+                    word_rows.append(r)
+                    word_hashes.append(zlib.crc32(w.encode("utf-8")))
+        if word_rows:
+            add(np.asarray(word_rows, dtype=np.int64), np.asarray(word_hashes, dtype=_U64), 1.0)
+        rows_all = np.concatenate(parts_row) if parts_row else np.zeros(0, dtype=np.int64)
+        hashes = np.concatenate(parts_hash) if parts_hash else np.zeros(0, dtype=_U64)
+        weights = np.concatenate(parts_weight) if parts_weight else np.zeros(0)
+        signs = np.where((hashes >> _U64(31)) & _U64(1), 1.0, -1.0) * weights
+        flat = rows_all * dim + (hashes % _U64(dim)).astype(np.int64)
+        out = np.bincount(flat, weights=signs, minlength=n * dim).reshape(n, dim).astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return out / norms

@@ -55,8 +55,8 @@ $(BENCH_STAMP): $(STAMP) benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BENCH_RUN) overhead --method light --chat-latency-ms 300
-	$(BENCH_RUN) overhead --method general --chat-latency-ms 300
+	$(BENCH_RUN) overhead --method light --chat-latency-ms 300 --repeat 3 --profile
+	$(BENCH_RUN) overhead --method general --chat-latency-ms 300 --repeat 3 --profile
 	$(BENCH_RUN) nano --chat-latency-ms 300 --concurrency 16
 	$(BENCH_RUN) scale --docs 1000 10000 50000 --max-minutes 60
 	$(BENCH_RUN) query --entities 100000 --questions 200

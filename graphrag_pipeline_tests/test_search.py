@@ -136,3 +136,15 @@ def test_republishing_embeds_only_new_texts(tmp_path):
     fresh = build_index_tables(nodes, edges, communities, reports, chunks2, HashingEmbedder())
     assert again.chunks["embedding"].to_list() == fresh.chunks["embedding"].to_list()
     assert previous_vectors(path, "another-model") == {}
+
+
+def test_preloaded_vectors_give_the_same_results(index):
+    from graphrag_pipeline.query import DuckDBIndex
+
+    with DuckDBIndex(index.path, preload=True) as mem:
+        for q in ("Alice?", "gondola trips in Venice", "Bob knows Carol"):
+            for mode in ("local", "global", "naive"):
+                assert query(mem, q, mode).to_dict() == query(index, q, mode).to_dict(), (q, mode)
+        v = mem.embedder().embed_one("Alice")
+        assert mem.entities_by_vector(v, 2, 0.0) == index.entities_by_vector(v, 2, 0.0)
+        assert mem.entities_by_vector(v, 10, 0.99) == index.entities_by_vector(v, 10, 0.99)

@@ -19,7 +19,9 @@ class IndexNotFoundError(FileNotFoundError):
 class DuckDBIndex:
     """The search index as published by the `search_index` asset (opened read-only)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, preload: bool = False):
+        """preload: hold the vectors in memory (a few seconds to load; then each similarity search is
+        a matrix-vector product instead of a scan of the file) - for services that answer many queries."""
         self.path = Path(path)
         if not self.path.exists():
             raise IndexNotFoundError(
@@ -28,6 +30,33 @@ class DuckDBIndex:
         self.con = duckdb.connect(str(self.path), read_only=True)
         self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
         self.dim = int(self.meta.get("embedding_dim", 0))
+        self._memory: dict[str, tuple] = {}
+        if preload:
+            self.preload()
+
+    _IN_MEMORY = {
+        "entities": ("key, name, type, description, pagerank", ("key",)),
+        "relations": ("source_key, target_key, source, target, description, weight", ("source_key", "target_key")),
+        "community_reports": ("community_id, level, title, summary, rating, text", ("community_id",)),
+        "chunks": ("chunk_id, doc, position, text", ("chunk_id",)),
+    }
+
+    def preload(self) -> None:
+        for table, (cols, _) in self._IN_MEMORY.items():
+            df = self.con.sql(f"SELECT {cols}, embedding FROM {table}").pl()
+            matrix = np.ascontiguousarray(df["embedding"].to_numpy(), dtype=np.float32).reshape(df.height, self.dim)
+            self._memory[table] = (df.drop("embedding").to_dicts(), matrix)
+
+    def _top(self, table: str, vector: np.ndarray, k: int, threshold: float, order) -> list[dict]:
+        """In-memory top k by similarity, same rounding and tie order as the SQL queries."""
+        rows, matrix = self._memory[table]
+        if not rows or k <= 0:
+            return []
+        sims = np.round((matrix @ np.asarray(vector, dtype=np.float32)).astype(np.float64), 6)
+        kk = min(k, len(rows))
+        kth = np.partition(sims, len(rows) - kk)[len(rows) - kk]
+        picked = [{**rows[i], "sim": float(sims[i])} for i in np.nonzero(sims >= max(kth, threshold))[0]]
+        return sorted(picked, key=order)[:k]
 
     def close(self) -> None:
         self.con.close()
@@ -57,6 +86,8 @@ class DuckDBIndex:
         return f"?::FLOAT[{self.dim}]"
 
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
+        if "entities" in self._memory:
+            return self._top("entities", vector, k, threshold, lambda r: (-r["sim"], r["key"]))
         sql = f"""SELECT key, name, type, description, pagerank, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM entities WHERE sim >= ? ORDER BY sim DESC, key LIMIT ?"""
         return self._rows(sql, [vector.tolist(), threshold, k])
@@ -92,6 +123,8 @@ class DuckDBIndex:
         return self._rows("SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?))", [keys])
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
+        if "relations" in self._memory:
+            return self._top("relations", vector, k, threshold, lambda r: (-r["sim"], r["source_key"], r["target_key"]))
         sql = f"""SELECT source_key, target_key, source, target, description, weight,
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM relations WHERE sim >= ? ORDER BY sim DESC, source_key, target_key LIMIT ?"""
@@ -118,12 +151,16 @@ class DuckDBIndex:
         )
 
     def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
+        if "community_reports" in self._memory:
+            return self._top("community_reports", vector, k, -2.0, lambda r: (-r["sim"], -r["rating"], r["community_id"]))
         sql = f"""SELECT community_id, level, title, summary, rating, text,
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM community_reports ORDER BY sim DESC, rating DESC, community_id LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
+        if "chunks" in self._memory:
+            return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"]))
         sql = f"""SELECT chunk_id, doc, position, text, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM chunks ORDER BY sim DESC, chunk_id LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
@@ -135,7 +172,7 @@ class DuckDBIndex:
         return dict(self.meta.get("counts", {}))
 
 
-def open_index(home: Path | None = None, backend: str | None = None):
+def open_index(home: Path | None = None, backend: str | None = None, preload: bool = False):
     """The published index: Elasticsearch when GRAPHRAG_ES_URL is set (or backend="elasticsearch"),
     else the DuckDB file under GRAPHRAG_HOME."""
     from ..core.es_index import EsConfig
@@ -148,4 +185,4 @@ def open_index(home: Path | None = None, backend: str | None = None):
         return EsIndex(cfg)
     if backend == "elasticsearch":
         raise ValueError("backend 'elasticsearch' needs GRAPHRAG_ES_URL")
-    return DuckDBIndex(Paths(home).index_file)
+    return DuckDBIndex(Paths(home).index_file, preload=preload)

@@ -148,3 +148,16 @@ def test_preloaded_vectors_give_the_same_results(index):
         v = mem.embedder().embed_one("Alice")
         assert mem.entities_by_vector(v, 2, 0.0) == index.entities_by_vector(v, 2, 0.0)
         assert mem.entities_by_vector(v, 10, 0.99) == index.entities_by_vector(v, 10, 0.99)
+
+
+def test_preloaded_type_recall_matches_sql_at_the_rank_cut(index):
+    from graphrag_pipeline.query import DuckDBIndex
+
+    keys = ["alice", "bob", "carol", "dave", "venice", "nobody"]
+    with DuckDBIndex(index.path, preload=True) as mem:
+        for types in (["PERSON"], ["PERSON", "GEO"], ["GEO"], ["NONE"]):
+            for k in (1, 2, 3, 10):
+                assert mem.keys_of_types(types, keys, k) == index.keys_of_types(types, keys, k), (types, k)
+        assert mem.nhop(["alice"]) == index.nhop(["alice"])
+        assert mem.relations_by_pairs([("alice", "bob")]) == index.relations_by_pairs([("alice", "bob")])
+        assert mem.reports_for_entities(["alice", "dave"], 5) == index.reports_for_entities(["alice", "dave"], 5)

@@ -31,6 +31,7 @@ class DuckDBIndex:
         self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
         self.dim = int(self.meta.get("embedding_dim", 0))
         self._memory: dict[str, tuple] = {}
+        self._pool = None
         if preload:
             self.preload()
 
@@ -46,6 +47,24 @@ class DuckDBIndex:
             df = self.con.sql(f"SELECT {cols}, embedding FROM {table}").pl()
             matrix = np.ascontiguousarray(df["embedding"].to_numpy(), dtype=np.float32).reshape(df.height, self.dim)
             self._memory[table] = (df.drop("embedding").to_dicts(), matrix)
+        ents = self._memory["entities"][0]
+        self._by_key = {r["key"]: r for r in ents}
+        # entities in PageRank order (ties by key), for "top k of these types" in one numpy pass
+        ordered = sorted(ents, key=lambda r: (-r["pagerank"], r["key"]))
+        self._type_codes = {t: i for i, t in enumerate(sorted({r["type"] for r in ents}))}
+        self._order_types = np.array([self._type_codes[r["type"]] for r in ordered], dtype=np.int32)
+        self._position = {r["key"]: i for i, r in enumerate(ordered)}
+        self._rel_by_pair = {(r["source_key"], r["target_key"]): r for r in self._memory["relations"][0]}
+        self._nhop: dict[str, list[dict]] = {}
+        for key, path, weights in self.con.sql("SELECT entity_key, path, weights FROM nhop").fetchall():
+            self._nhop.setdefault(key, []).append({"entity_key": key, "path": path, "weights": weights})
+        self._reports_of: dict[str, list[int]] = {}
+        report_rows = self._memory["community_reports"][0]
+        keys_of = dict(self.con.sql("SELECT community_id, entity_keys FROM community_reports").fetchall())
+        for i, r in enumerate(report_rows):
+            for key in keys_of.get(r["community_id"]) or []:
+                self._reports_of.setdefault(key, []).append(i)
+        self._pool = self.type_pool()
 
     def _top(self, table: str, vector: np.ndarray, k: int, threshold: float, order) -> list[dict]:
         """In-memory top k by similarity, same rounding and tie order as the SQL queries."""
@@ -104,6 +123,16 @@ class DuckDBIndex:
         """Those candidate keys that are among the k highest-PageRank entities of the given types."""
         if not types or not candidates:
             return set()
+        if self._memory:
+            codes = [self._type_codes[t] for t in set(types) if t in self._type_codes]
+            mask = np.isin(self._order_types, codes)
+            rank = np.cumsum(mask)  # 1-based rank among the entities of these types
+            out = set()
+            for c in candidates:
+                i = self._position.get(c)
+                if i is not None and mask[i] and rank[i] <= k:
+                    out.add(c)
+            return out
         rows = self.con.execute(
             """SELECT key FROM (SELECT key, row_number() OVER (ORDER BY pagerank DESC, key) AS rn
                                 FROM entities WHERE type IN (SELECT unnest(?)))
@@ -115,11 +144,15 @@ class DuckDBIndex:
     def entities_by_keys(self, keys: list[str]) -> list[dict]:
         if not keys:
             return []
+        if self._memory:
+            return [dict(self._by_key[k]) for k in dict.fromkeys(keys) if k in self._by_key]
         return self._rows("SELECT key, name, type, description, pagerank FROM entities WHERE key IN (SELECT unnest(?))", [keys])
 
     def nhop(self, keys: list[str]) -> list[dict]:
         if not keys:
             return []
+        if self._memory:
+            return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop.get(k, [])]
         return self._rows("SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?))", [keys])
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
@@ -133,6 +166,8 @@ class DuckDBIndex:
     def relations_by_pairs(self, pairs: list[tuple[str, str]]) -> list[dict]:
         if not pairs:
             return []
+        if self._memory:
+            return [dict(self._rel_by_pair[p]) for p in dict.fromkeys(pairs) if p in self._rel_by_pair]
         keys = [f"{a}\x00{b}" for a, b in pairs]
         return self._rows(
             "SELECT source_key, target_key, source, target, description, weight FROM relations "
@@ -143,6 +178,14 @@ class DuckDBIndex:
     def reports_for_entities(self, keys: list[str], k: int) -> list[dict]:
         if not keys:
             return []
+        if self._memory:
+            rows = self._memory["community_reports"][0]
+            hits: dict[int, int] = {}
+            for key in set(keys):
+                for i in self._reports_of.get(key, []):
+                    hits[i] = hits.get(i, 0) + 1
+            found = [{**rows[i], "hits": n} for i, n in hits.items()]
+            return sorted(found, key=lambda r: (-r["hits"], -r["rating"], r["community_id"]))[:k]
         return self._rows(
             """SELECT community_id, level, title, summary, rating, text,
                       len(list_intersect(entity_keys, ?)) AS hits
@@ -166,6 +209,8 @@ class DuckDBIndex:
         return self._rows(sql, [vector.tolist(), k])
 
     def type_pool(self) -> dict[str, list[str]]:
+        if getattr(self, "_pool", None) is not None:
+            return self._pool
         return {t: list(e) for t, e in self.con.execute("SELECT type, entities FROM ty2ents").fetchall()}
 
     def counts(self) -> dict[str, int]:

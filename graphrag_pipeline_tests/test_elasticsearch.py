@@ -84,6 +84,10 @@ def test_build_indexes_elasticsearch_and_queries_match_duckdb(es_env, home, corp
             for mode in ("local", "global", "naive"):
                 a, b = query(db, q, mode).to_dict(), query(es, q, mode).to_dict()
                 assert _same(a, b), (q, mode)
+        # type recall when the types hold more entities than the cut-off (the rank-bound path)
+        keys = [e["key"] for e in db.entities_by_types(["PERSON", "GEO"], 50)]
+        for k in (1, 5, 20):
+            assert es.keys_of_types(["PERSON", "GEO"], keys, k) == db.keys_of_types(["PERSON", "GEO"], keys, k), k
         bm25 = es.chunks_by_text("Bletchley Park Enigma", 3)
         assert bm25[0]["doc"] == "turing_and_bletchley_park.txt"
     # the CLI queries Elasticsearch when GRAPHRAG_ES_URL is set

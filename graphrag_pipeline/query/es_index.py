@@ -117,8 +117,15 @@ class EsIndex:
             hits = self._search(query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
                                 source=["entity_key_kwd"], size=len(candidates))
             return {h["_source"]["entity_key_kwd"] for h in hits}
-        top = {e["key"] for e in self.entities_by_types(types, k)}
-        return top & set(candidates)
+        # the k-th entity of these types in (PageRank desc, key) order bounds the top k; then only the
+        # candidates need fetching (no 10,000-document download)
+        kth = self._search(query={"bool": {"filter": type_filter}}, source=["entity_key_kwd", "rank_flt"],
+                           sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}], from_=k - 1, size=1)
+        bound = (-float(kth[0]["_source"]["rank_flt"]), kth[0]["_source"]["entity_key_kwd"])
+        hits = self._search(query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
+                            source=["entity_key_kwd", "rank_flt"], size=len(candidates))
+        return {h["_source"]["entity_key_kwd"] for h in hits
+                if (-float(h["_source"]["rank_flt"]), h["_source"]["entity_key_kwd"]) <= bound}
 
     def entities_by_keys(self, keys: list[str]) -> list[dict]:
         return [self._entity(s) for s in self._terms("entity", "entity_key_kwd", keys, self._ENT_FIELDS)] if keys else []

@@ -507,18 +507,9 @@ def resolve(
     judge: Judge | None = None,
 ) -> ResolutionResult:
     """Find candidates among the changed nodes, let ``judge`` (default: ``offline_same``)
-    decide, and merge the accepted pairs."""
-    pairs = candidate_pairs(nodes, changed_keys)
-    accepted = judge_pairs(nodes, pairs, judge)
-    new_nodes, new_edges, mapping = merge_entities(nodes, edges, accepted)
-    return ResolutionResult(
-        nodes=new_nodes,
-        edges=new_edges,
-        candidates=len(pairs),
-        merged=len(mapping),
-        mapping=mapping,
-        merged_pairs=accepted,
-    )
+    decide, and merge the accepted pairs (``resolve_incremental`` with every other node known)."""
+    known = sorted(set(nodes["key"].to_list()) - set(changed_keys))
+    return resolve_incremental(nodes, edges, {"judge": "once", "known_keys": known, "accepted": []}, judge, "once")
 
 
 def resolve_offline(nodes: pl.DataFrame, edges: pl.DataFrame, changed_keys: set[str]) -> ResolutionResult:

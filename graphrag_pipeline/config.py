@@ -37,16 +37,6 @@ def default_method() -> str:
     return "light" if os.environ.get("OPENAI_API_KEY") else "fast"
 
 
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
-
-
 @dataclass(frozen=True)
 class Paths:
     """Every file the pipeline writes lives under one home directory."""

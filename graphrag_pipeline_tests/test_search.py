@@ -9,7 +9,6 @@ from graphrag_pipeline.core.duckdb_index import write_duckdb_index
 from graphrag_pipeline.core.embedding import HashingEmbedder
 from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.core.index_records import build_index_tables, nhop_paths
-from graphrag_pipeline.core.graph import to_networkx
 from graphrag_pipeline.core.reports import CommunityReport
 from graphrag_pipeline.query import DuckDBIndex, SearchParams, global_search, local_search, naive_search, query
 from graphrag_pipeline.query.search import QueryAnalysis

@@ -12,9 +12,8 @@ import json
 
 import numpy as np
 
-from ..core.embedding import EndpointEmbedder, HashingEmbedder
 from ..core.es_index import KG, EsConfig, EsIndexError, vector_field
-from .index import IndexNotFoundError
+from .index import IndexNotFoundError, index_embedder
 
 SIM_DECIMALS = 6
 
@@ -68,12 +67,7 @@ class EsIndex:
         return [h["_source"] for h in self._search(query=query, source=fields, size=size, sort=sort)]
 
     def embedder(self, client=None):
-        model = self.meta.get("embedding_model", "hashing")
-        if model.startswith("hashing"):
-            return HashingEmbedder(self.dim)
-        if client is None or f"endpoint:{client.embedding_model}" != model:
-            raise ValueError(f"the index was embedded with {model!r}: configure that embedding model to query it")
-        return EndpointEmbedder(client)
+        return index_embedder(self.meta, self.dim, client)
 
     # -- the DuckDBIndex interface ------------------------------------------------------------------
     @staticmethod

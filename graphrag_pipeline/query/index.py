@@ -16,6 +16,17 @@ class IndexNotFoundError(FileNotFoundError):
     pass
 
 
+def index_embedder(meta: dict, dim: int, client=None):
+    """The embedder an index was built with (the endpoint's model needs an LLM client)."""
+    model = meta.get("embedding_model", "hashing")
+    if model.startswith("hashing"):
+        return HashingEmbedder(dim)
+    if client is None or f"endpoint:{client.embedding_model}" != model:
+        raise ValueError(f"the index was embedded with {model!r}: set OPENAI_API_KEY/OPENAI_BASE_URL and "
+                         f"GRAPHRAG_EMBEDDING_MODEL={model.split(':', 1)[-1]} to query it")
+    return EndpointEmbedder(client)
+
+
 class DuckDBIndex:
     """The search index as published by the `search_index` asset (opened read-only)."""
 
@@ -87,14 +98,7 @@ class DuckDBIndex:
         self.close()
 
     def embedder(self, client=None):
-        """The embedder the index was built with (the endpoint's model needs an LLM client)."""
-        model = self.meta.get("embedding_model", "hashing")
-        if model.startswith("hashing"):
-            return HashingEmbedder(self.dim)
-        if client is None or f"endpoint:{client.embedding_model}" != model:
-            raise ValueError(f"the index was embedded with {model!r}: set OPENAI_API_KEY/OPENAI_BASE_URL and "
-                             f"GRAPHRAG_EMBEDDING_MODEL={model.split(':', 1)[-1]} to query it")
-        return EndpointEmbedder(client)
+        return index_embedder(self.meta, self.dim, client)
 
     def _rows(self, sql: str, params: list | None = None) -> list[dict]:
         cur = self.con.execute(sql, params or [])

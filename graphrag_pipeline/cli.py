@@ -44,16 +44,21 @@ def _say(msg: str) -> None:
 
 
 # -- build ----------------------------------------------------------------------------------------
-def _run_job(defs, instance, name: str, tags: dict | None = None) -> tuple[bool, list]:
+def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
+    """Run a job in this process; False when any step or any asset check failed."""
     import dagster as dg
 
     job = defs.resolve_job_def(name)
+    run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    if ops:
+        run_config["ops"] = ops
     result = job.execute_in_process(
         instance=instance,
         tags=tags or {},
         raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        run_config=run_config,
     )
+    ok = result.success
     events = result.get_asset_materialization_events()
     causes: dict[str, str] = {}
     for ev in result.all_events:
@@ -78,11 +83,12 @@ def _run_job(defs, instance, name: str, tags: dict | None = None) -> tuple[bool,
             if data.passed:
                 passed.append(data.check_name)
             else:
+                ok = False
                 _say(f"  check FAILED: {data.check_name} on {data.asset_key.to_user_string()}: "
                      + ", ".join(f"{k}={v.value}" for k, v in data.metadata.items()))
     if passed:
         _say(f"  checks passed: {', '.join(passed)}")
-    return result.success, events
+    return ok, events
 
 
 def _describe(events: list, keys: tuple[str, ...]) -> str:
@@ -165,30 +171,32 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     ok = True
     batches = plan.batches(args.batch_size)
-    downstream = plan.changed or _downstream_stale(instance)
+    recluster = {"communities": {"config": {"full_recluster": True}}} if args.recluster else None
+    downstream = plan.changed or args.recluster or _downstream_stale(instance)
     graph_done = False
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)
         job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
         _say(f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}" + (f" .. {batch[-1]}" if len(batch) > 1 else "")
              + (" (then merge, resolve, cluster)" if last else ""))
-        success, events = _run_job(defs, instance, job, range_tags(batch))
+        success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None)
         ok &= success
         graph_done = last and success
         _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits",
-                                                                         "entities", "relations", "merged_pairs", "communities")))
+                                                                         "entities", "relations", "merged_pairs", "communities", "communities_changed")))
 
     if downstream or not ok:
         if not graph_done:
             _say("[graph] merging, resolving and clustering")
-            success, events = _run_job(defs, instance, "graph_job")
+            success, events = _run_job(defs, instance, "graph_job", ops=recluster)
             ok &= success
             graph_done = success
-            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "merged_pairs", "communities")))
+            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "merged_pairs", "communities", "communities_changed")))
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
-            todo = [k for k in all_keys if k not in done]
+            store = Store(paths)
+            todo = [k for k in all_keys if k not in done or not store.has_report(k)]
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
             _say(f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write, then publish the index")
             for i, batch in enumerate(report_batches, 1):
@@ -307,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--corpus", help="corpus directory (default: $GRAPHRAG_CORPUS, else data/corpus)")
     b.add_argument("--method", choices=METHODS, help="extraction method (default: $GRAPHRAG_METHOD, else light with OPENAI_API_KEY, else fast)")
     b.add_argument("--batch-size", type=int, default=500, help="documents per run (default 500)")
+    b.add_argument("--recluster", action="store_true",
+                   help="cluster communities from scratch instead of updating the previous partition")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("stats", help="counts of the published index and LLM usage")

@@ -11,9 +11,9 @@ from .defs.checks import (
 from .defs.document_assets import chunks, doc_subgraph
 from .defs.graph_assets import communities, community_reports, knowledge_graph, resolved_graph
 from .defs.index_assets import elasticsearch_index, search_index
-from .defs.jobs import corpus_job, documents_job, graph_job, index_job, publish_job, reports_job
+from .defs.jobs import corpus_job, documents_job, graph_job, index_job, publish_job, recluster_job, reports_job
 from .defs.resources import llm_settings_from_env, settings_from_env
-from .defs.sensors import automation_sensor, corpus_sensor, daily_reconcile
+from .defs.sensors import automation_sensor, corpus_sensor, daily_reconcile, weekly_recluster
 
 defs = dg.Definitions(
     assets=[chunks, doc_subgraph, knowledge_graph, resolved_graph, communities, community_reports, search_index,
@@ -22,8 +22,8 @@ defs = dg.Definitions(
         knowledge_graph_is_consistent, resolved_graph_is_consistent,
         communities_reference_entities, search_index_is_complete,
     ],
-    jobs=[documents_job, graph_job, reports_job, index_job, corpus_job, publish_job],
+    jobs=[documents_job, graph_job, reports_job, index_job, corpus_job, publish_job, recluster_job],
     sensors=[corpus_sensor, automation_sensor],
-    schedules=[daily_reconcile],
+    schedules=[daily_reconcile, weekly_recluster],
     resources={"settings": settings_from_env(), "llm": llm_settings_from_env()},
 )

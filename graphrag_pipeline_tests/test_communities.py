@@ -184,3 +184,178 @@ def test_nonpositive_weights_are_treated_as_one():
     a = detect_communities(nodes, zero).communities
     b = detect_communities(nodes, ones).communities
     assert a["community_id"].to_list() == b["community_id"].to_list()
+
+
+# ---------------------------------------------------------------------------------------------
+# stable communities: the previous partition is kept, only the changed frontier moves
+# ---------------------------------------------------------------------------------------------
+import numpy as np  # noqa: E402
+
+from graphrag_pipeline.core.communities import changed_share, update_communities  # noqa: E402
+from graphrag_pipeline.core.frontier_leiden import CSRGraph, frontier_update, modularity  # noqa: E402
+
+
+def planted(groups: int = 12, size: int = 30, p_in: float = 0.3, p_out: float = 0.004, seed: int = 3) -> nx.Graph:
+    g = nx.random_partition_graph([size] * groups, p_in, p_out, seed=seed)
+    g = nx.relabel_nodes(g, {n: f"n{n:04d}" for n in g})
+    rng = np.random.default_rng(seed)
+    for a, b in g.edges:
+        g[a][b]["weight"] = float(rng.integers(1, 4))
+    return g
+
+
+def ids_by_members(df: pl.DataFrame) -> dict:
+    return {(r["level"], tuple(r["nodes"])): r["community_id"] for r in df.to_dicts()}
+
+
+def test_frontier_update_moves_only_frontier_nodes():
+    # two triangles joined by one edge; a new node 6 tied to the first triangle joins it, nothing else moves
+    edges = [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5), (2, 3), (6, 0), (6, 1)]
+    src, dst = np.array([a for a, _ in edges]), np.array([b for _, b in edges])
+    graph = CSRGraph.from_edges(7, src, dst, np.ones(len(edges)))
+    mask = np.ones(7, dtype=bool)
+    labels = np.array([0, 0, 0, 1, 1, 1, -1])
+    frontier = np.zeros(7, dtype=bool)
+    out = frontier_update(graph, mask, labels, frontier, next_label=2)
+    assert out.labels.tolist() == [0, 0, 0, 1, 1, 1, 0]
+    assert modularity(graph, mask, out.labels) > modularity(graph, mask, np.array([0, 0, 0, 1, 1, 1, 2]))
+    # a node outside the frontier keeps a bad label; inside the frontier it moves
+    bad = np.array([0, 0, 1, 1, 1, 1, 0])
+    assert frontier_update(graph, mask, bad, frontier, 2).labels.tolist() == bad.tolist()
+    frontier[2] = True
+    assert frontier_update(graph, mask, bad, frontier, 2).labels[2] == 0
+
+
+def test_frontier_update_splits_disconnected_and_merges_new_fragments():
+    # a "community" made of two separate triangles is split; a new triangle of new nodes ends up together
+    edges = [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5), (2, 3), (6, 7), (6, 8), (7, 8), (8, 0)]
+    src, dst = np.array([a for a, _ in edges]), np.array([b for _, b in edges])
+    graph = CSRGraph.from_edges(9, src, dst, np.ones(len(edges)))
+    mask = np.ones(9, dtype=bool)
+    labels = np.array([0, 0, 0, 1, 1, 1, -1, -1, -1])
+    out = frontier_update(graph, mask, labels, np.zeros(9, dtype=bool), next_label=2)
+    assert len({int(out.labels[i]) for i in (6, 7, 8)}) == 1  # the new triangle is one community
+    assert out.labels[0] == 0 and out.labels[3] == 1
+    q = modularity(graph, mask, out.labels)
+    import graspologic_native as gn
+    el = [(str(a), str(b), 1.0) for a, b in edges]
+    assert q == pytest.approx(gn.modularity(el, {str(i): int(out.labels[i]) for i in range(9)}), abs=1e-9)
+
+
+def test_small_change_keeps_most_communities_and_their_ids():
+    g = planted()
+    nodes, edges = frames(g)
+    first = update_communities(nodes, edges, None, max_cluster_size=12)
+    assert first.metrics["reclustered"] and first.metrics["recluster_reason"] == "first clustering"
+    assert max(first.communities["level"].to_list()) >= 1  # groups of 30 are split below 12 members
+    # one new entity tied to two nodes of one group, one re-weighted edge
+    a, b = sorted(g.edges)[10]
+    g[a][b]["weight"] += 2
+    g.add_edge("new-entity", "n0001", weight=2.0)
+    g.add_edge("new-entity", "n0002", weight=1.0)
+    nodes2, edges2 = frames(g)
+    second = update_communities(nodes2, edges2, first.state, max_cluster_size=12)
+    m = second.metrics
+    assert not m["reclustered"] and m["source"] == "frontier update"
+    before, after = ids_by_members(first.communities), ids_by_members(second.communities)
+    kept = set(before.values()) & set(after.values())
+    assert m["communities_changed"] == len(set(after.values()) - set(before.values()))
+    assert 1 <= m["communities_changed"] <= 8 and len(kept) >= len(before) - 8
+    assert m["modularity_kept"] >= 0.98 * m["modularity_fresh"]
+    # untouched communities: same members, same id
+    for key, cid in before.items():
+        if "n0001" not in key[1] and a not in key[1] and b not in key[1]:
+            assert after.get(key) == cid, key
+    assert any("new-entity" in key[1] for key in after)
+
+
+def test_quality_guard_and_settings_force_a_fresh_clustering():
+    g = planted(groups=6)
+    nodes, edges = frames(g)
+    first = update_communities(nodes, edges, None, max_cluster_size=12)
+    guarded = update_communities(nodes, edges, first.state, max_cluster_size=12, quality_floor=1.5)
+    assert guarded.metrics["reclustered"] and "modularity of the kept partition" in guarded.metrics["recluster_reason"]
+    # ids follow content: a fresh clustering of the same graph gives the same communities and ids
+    assert ids_by_members(guarded.communities) == ids_by_members(first.communities)
+    asked = update_communities(nodes, edges, first.state, max_cluster_size=12, full_recluster=True)
+    assert asked.metrics["recluster_reason"] == "full re-clustering was asked for"
+    other = update_communities(nodes, edges, first.state, max_cluster_size=20)
+    assert "settings changed" in other.metrics["recluster_reason"]
+
+
+def test_an_undone_edit_gets_the_same_communities_and_ids_back():
+    g = planted(groups=8)
+    nodes, edges = frames(g)
+    memo = {}
+    first = update_communities(nodes, edges, None, max_cluster_size=12, memo=memo.get)
+    memo[first.memo[0]] = first.memo[1]
+    g2 = g.copy()
+    for i in range(5):
+        g2.add_edge(f"x{i}", "n0005", weight=3.0)
+        g2.add_edge(f"x{i}", "n0100", weight=3.0)
+    second = update_communities(*frames(g2), first.state, max_cluster_size=12, memo=memo.get)
+    memo[second.memo[0]] = second.memo[1]
+    assert second.metrics["communities_changed"] >= 1
+    third = update_communities(nodes, edges, second.state, max_cluster_size=12, memo=memo.get)
+    assert third.metrics["source"].startswith("memo")
+    assert ids_by_members(third.communities) == ids_by_members(first.communities)
+    assert set(third.communities["community_id"]) <= third.retained_ids
+
+
+def test_report_ids_follow_material_content_changes_only():
+    g = planted(groups=4, size=10)
+    nodes, edges = frames(g)
+    first = update_communities(nodes, edges, None, max_cluster_size=50)
+    target = first.communities.sort("size", descending=True).row(0, named=True)
+    member = target["nodes"][0]
+    # a small change to one member's description: below the share, the id (and report) stays
+    small = {k: f"about {k}" for k in g}
+    small[member] = f"about {member}, also noted"
+    second = update_communities(*frames(g, small), first.state, max_cluster_size=50)
+    assert ids_by_members(second.communities)[(0, tuple(target["nodes"]))] == target["community_id"]
+    # rewriting most descriptions of the community is material: a new id, so a new report
+    big = dict(small)
+    for k in target["nodes"]:
+        big[k] = f"{k} is described completely differently now, at much greater length than before " * 3
+    third = update_communities(*frames(g, big), second.state, max_cluster_size=50)
+    new_id = ids_by_members(third.communities)[(0, tuple(target["nodes"]))]
+    assert new_id != target["community_id"]
+    assert third.metrics["content_refreshed"] >= 1
+    # the share rule itself
+    basis = [(1, 10, 40), (2, 20, 60)]
+    assert changed_share(basis, basis) == 0.0
+    assert changed_share(basis, [(1, 11, 40), (2, 20, 60)]) == pytest.approx(0.4)
+    assert changed_share(basis, [(1, 10, 40)]) == pytest.approx(0.6)
+
+
+def test_lost_reports_retire_their_ids():
+    g = planted(groups=4, size=10)
+    nodes, edges = frames(g)
+    first = update_communities(nodes, edges, None, max_cluster_size=50)
+    lost = first.communities["community_id"][0]
+    second = update_communities(nodes, edges, first.state, max_cluster_size=50, lost_ids={lost})
+    ids = set(second.communities["community_id"].to_list())
+    assert lost not in ids and lost in second.state.retired
+    assert any(i.startswith(lost + "-") for i in ids)  # same community, a new key
+    third = update_communities(nodes, edges, second.state, max_cluster_size=50, full_recluster=True)
+    assert lost not in set(third.communities["community_id"].to_list())
+
+
+def test_community_state_round_trip_and_damage(tmp_path):
+    from graphrag_pipeline.config import Paths
+    from graphrag_pipeline.core.store import Store
+
+    store = Store(Paths(tmp_path))
+    assert store.read_community_state() is None
+    g = planted(groups=4, size=10)
+    first = update_communities(*frames(g), None, max_cluster_size=50)
+    store.write_community_state(first.state)
+    back = store.read_community_state()
+    assert back is not None and back.generation == first.state.generation
+    assert back.table.equals(first.state.table) and back.bases.height == first.state.bases.height
+    # a second generation replaces the first; a damaged manifest means "no state" (cluster afresh)
+    store.write_community_state(update_communities(*frames(g), back, max_cluster_size=50).state)
+    files = sorted(p.name for p in (tmp_path / "graph").glob("communities-state.*.parquet"))
+    assert len(files) == 4 and all(".g2." in f for f in files)
+    (tmp_path / "graph" / "communities-state.manifest.json").write_text("{not json")
+    assert store.read_community_state() is None

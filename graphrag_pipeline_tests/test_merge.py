@@ -245,3 +245,63 @@ def test_subgraph_and_merge_drop_counts_are_separate():
     assert subs[0].dropped_relations == 2  # self + unknown, dropped before merging
     assert result.dropped_relations == 0  # nothing left to drop at merge level
     assert result.edges.height == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# incremental merge: only the changed documents' mentions are read, the result equals a full merge
+# ---------------------------------------------------------------------------------------------
+def _doc_rows(doc: str, mentions: list[tuple[str, str]], pairs: list[tuple[str, str]]):
+    """Entity rows (name, description) and relation rows (a, b) of one document, one chunk."""
+    import polars as pl
+
+    from graphrag_pipeline.core.subgraph import ENTITY_ROWS, RELATION_ROWS
+
+    ents = pl.DataFrame([(doc, 0, f"{doc}-c0", n.casefold(), n, "person", d) for n, d in mentions],
+                        schema=ENTITY_ROWS, orient="row")
+    rels = pl.DataFrame([(doc, 0, f"{doc}-c0", a.casefold(), b.casefold(), a, b, f"{a} and {b} in {doc}", ["k"], 1.0)
+                         for a, b in pairs], schema=RELATION_ROWS, orient="row")
+    return ents, rels
+
+
+def test_incremental_merge_equals_a_full_merge(tmp_path):
+    import polars as pl
+
+    from graphrag_pipeline.config import Paths
+    from graphrag_pipeline.core.mentions import update_merged_graph
+    from graphrag_pipeline.core.merge import merge_subgraphs
+    from graphrag_pipeline.core.store import Store
+
+    store = Store(Paths(tmp_path))
+    people = [f"Person {i}" for i in range(40)]
+
+    def write(doc: str, offset: int, extra: str = "") -> None:
+        names = [people[(offset + j) % 40] for j in range(6)] + ([extra] if extra else [])
+        ents, rels = _doc_rows(doc, [(n, f"{n} appears in {doc}") for n in names],
+                               [(names[j], names[j + 1]) for j in range(len(names) - 1)] + [(names[0], names[0])])
+        store.write_subgraph(doc, ents, rels, {"dropped_relations": 1})
+
+    docs = [f"doc{i:02d}" for i in range(30)]
+    for i, d in enumerate(docs):
+        write(d, i)
+    first = update_merged_graph(store, docs)
+    assert first.full and first.documents_changed == 30
+    again = update_merged_graph(store, docs)
+    assert not again.full and again.documents_changed == 0 and again.nodes.equals(first.nodes)
+
+    write("doc05", 5, extra="Newcomer")  # one document changes, one is deleted, one is added
+    write("doc99", 17)
+    live = [d for d in docs if d != "doc11"] + ["doc99"]
+    delta = update_merged_graph(store, live)
+    assert not delta.full and (delta.documents_changed, delta.documents_removed) == (2, 1)
+    assert 0 < delta.affected_keys < 20
+    ents, rels = store.read_subgraphs(live)
+    full = merge_subgraphs(ents, rels)
+    assert delta.nodes.equals(full.nodes) and delta.edges.equals(full.edges)
+    assert delta.dropped_relations == full.dropped_relations + len(live)  # self-loops + each document's own count
+    assert "newcomer" in delta.nodes["key"].to_list()
+    # a damaged bundle is not trusted: everything is merged again from the per-document files
+    for f in (tmp_path / "graph").glob("mentions.nodes.*.parquet"):
+        f.write_bytes(b"garbage")
+    healed = update_merged_graph(store, live)
+    assert healed.full and healed.nodes.equals(full.nodes)
+    assert pl.read_parquet(next((tmp_path / "graph").glob("mentions.nodes.*.parquet"))).height == full.nodes.height

@@ -105,3 +105,19 @@ def test_definitions_load_and_sensors_run_by_default():
     graph = defs.resolve_asset_graph()
     for key in ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index"):
         assert graph.get(dg.AssetKey(key)).automation_condition is not None, key
+
+
+def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline_tests.conftest import cli
+
+    schedule = defs.resolve_schedule_def("weekly_recluster")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    result = defs.resolve_job_def(schedule.job_name).execute_in_process(instance=inst, raise_on_error=False)
+    assert result.success
+    ev = inst.get_latest_materialization_event(dg.AssetKey("communities"))
+    meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
+    assert meta["reclustered"] is True and "asked" in meta["recluster_reason"]

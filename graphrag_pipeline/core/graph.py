@@ -10,7 +10,9 @@ edges: source_key < target_key (undirected, unique pair), source, target (displa
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 import polars as pl
+from scipy.sparse import csr_matrix
 
 DESCRIPTION_SEP = "\n"
 
@@ -58,17 +60,53 @@ def to_networkx(nodes: pl.DataFrame, edges: pl.DataFrame) -> nx.Graph:
     return g
 
 
+def pagerank(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, *, alpha: float = 0.85,
+             max_iter: int = 100, tol: float = 1.0e-6) -> np.ndarray:
+    """Weighted PageRank of an undirected graph over nodes 0..n-1, edges given once.
+
+    The same iteration as networkx's `pagerank` (each node spreads its rank over its edges in
+    proportion to their weight; nodes without edges spread it over every node; teleport 1 - alpha;
+    stop when the L1 change is below n x tol), on a scipy sparse matrix: a 100k-edge graph takes
+    milliseconds instead of the second networkx needs to build its graph.
+    """
+    if n == 0:
+        return np.zeros(0)
+    rows = np.concatenate([src, dst])
+    cols = np.concatenate([dst, src])
+    w = np.concatenate([weight, weight]).astype(np.float64)
+    a = csr_matrix((w, (rows, cols)), shape=(n, n))  # duplicate entries are summed, like a multigraph's weights
+    out_weight = np.asarray(a.sum(axis=1)).ravel()
+    dangling = out_weight == 0
+    inv = np.divide(1.0, out_weight, out=np.zeros(n), where=~dangling)
+    transition = (csr_matrix((inv, (np.arange(n), np.arange(n))), shape=(n, n)) @ a).T.tocsr()
+    x = np.full(n, 1.0 / n)
+    for _ in range(max_iter):
+        last = x
+        x = alpha * (transition @ last + last[dangling].sum() / n) + (1.0 - alpha) / n
+        if np.abs(x - last).sum() < n * tol:
+            return x
+    return x  # networkx raises here; a ranking that has not fully converged is still a ranking
+
+
 def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
-    """Return nodes with `degree` and weighted `pagerank` recomputed from edges."""
+    """Return nodes with `degree` (number of neighbours) and weighted `pagerank` recomputed from edges."""
     if nodes.height == 0:
         return nodes.with_columns(pl.lit(0, pl.Int64).alias("degree"), pl.lit(0.0).alias("pagerank"))
-    g = to_networkx(nodes, edges)
-    if g.number_of_edges() == 0:
-        pr = {k: 1.0 / g.number_of_nodes() for k in g.nodes}
-    else:
-        pr = nx.pagerank(g, weight="weight")
     keys = nodes["key"].to_list()
+    index = {k: i for i, k in enumerate(keys)}
+    extra = [k for k in dict.fromkeys(edges["source_key"].to_list() + edges["target_key"].to_list()) if k not in index]
+    for k in extra:  # an edge to a node missing from `nodes` still counts, as in a networkx graph
+        index[k] = len(index)
+    n = len(index)
+    pairs = edges.select("source_key", "target_key", "weight").filter(pl.col("source_key") != pl.col("target_key"))
+    src = np.fromiter((index[k] for k in pairs["source_key"].to_list()), dtype=np.int64, count=pairs.height)
+    dst = np.fromiter((index[k] for k in pairs["target_key"].to_list()), dtype=np.int64, count=pairs.height)
+    w = pairs["weight"].fill_null(1.0).to_numpy().astype(np.float64)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    unique_pairs = np.unique(lo * n + hi) if len(lo) else np.zeros(0, dtype=np.int64)
+    degree = np.bincount(np.concatenate([unique_pairs // n, unique_pairs % n]), minlength=n)
+    pr = pagerank(n, src, dst, w) if len(src) else np.full(n, 1.0 / n)
     return nodes.with_columns(
-        pl.Series("degree", [g.degree(k) for k in keys], dtype=pl.Int64),
-        pl.Series("pagerank", [float(pr.get(k, 0.0)) for k in keys], dtype=pl.Float64),
+        pl.Series("degree", degree[: nodes.height], dtype=pl.Int64),
+        pl.Series("pagerank", pr[: nodes.height], dtype=pl.Float64),
     )

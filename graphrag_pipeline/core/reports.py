@@ -30,6 +30,7 @@ class CommunityReport:
     findings: list[Finding] = field(default_factory=list)
     entities: list[str] = field(default_factory=list)  # display names of members
     extractive: bool = True
+    generator: str = ""  # what wrote it: "extractive", "llm:<model>", "extractive-fallback" ("" in older files)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -38,6 +39,8 @@ class CommunityReport:
     def from_dict(cls, d: dict) -> "CommunityReport":
         d = dict(d)
         d["findings"] = [Finding(**f) for f in d.get("findings", [])]
+        if not d.get("generator"):  # written before the field existed
+            d["generator"] = "extractive" if d.get("extractive", True) else ""
         return cls(**d)
 
     def text(self) -> str:
@@ -96,4 +99,5 @@ def extractive_report(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame,
         findings=findings,
         entities=names,
         extractive=True,
+        generator="extractive",
     )

@@ -363,7 +363,14 @@ def _fallback(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame) -> Comm
     rest = report.summary[len(EXTRACTIVE_NOTE):].lstrip() if report.summary.startswith(EXTRACTIVE_NOTE) else report.summary
     report.summary = f"{EXTRACTIVE_NOTE} {LLM_FALLBACK_NOTE} {rest}".rstrip()
     report.rating_explanation = f"{LLM_FALLBACK_NOTE} {report.rating_explanation}"
+    report.generator = "extractive-fallback"
     return report
+
+
+def report_generator(client) -> str:
+    """What writes reports with this client (None: the extractive writer); a stored report written by
+    the same generator for the same community id is reused instead of being written again."""
+    return f"llm:{getattr(client, 'model', None) or 'unknown model'}" if client is not None else "extractive"
 
 
 def llm_report(client, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, language: str = "English",
@@ -401,6 +408,7 @@ def llm_report(client, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame
             findings=[Finding(f["summary"], f["explanation"]) for f in parsed["findings"]],
             entities=sub_nodes["name"].to_list(),
             extractive=False,
+            generator=report_generator(client),
         )
         return ReportOutcome(report, fallback=False, attempts=attempt + 1)
     return ReportOutcome(

@@ -53,3 +53,48 @@ def read_json(path: Path, default: object = None) -> object:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return default
+
+
+class ParquetBundle:
+    """Tables published together: each table is a Parquet file whose name carries the generation it
+    was written in, and a manifest (written last, atomically) names the current file of every
+    table. A reader following the manifest never mixes two generations; a crash before the
+    manifest leaves the previous generation in force; files no manifest names are removed.
+    Tables not rewritten in a generation keep their file, so an update costs only what changed.
+    """
+
+    def __init__(self, folder: Path, name: str):
+        self.folder = Path(folder)
+        self.name = name
+        self.manifest_path = self.folder / f"{name}.manifest.json"
+
+    def manifest(self) -> dict | None:
+        try:
+            data = read_json(self.manifest_path)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+            return None
+        if not all((self.folder / f).exists() for f in data["tables"].values()):
+            return None
+        return data
+
+    def read(self, manifest: dict, table: str) -> pl.DataFrame:
+        return pl.read_parquet(self.folder / manifest["tables"][table])
+
+    def write(self, tables: dict[str, pl.DataFrame], *, previous: dict | None = None, drop: set[str] = frozenset(),
+              **extra) -> dict:
+        """Write `tables`, keep the other tables of `previous` (except those in `drop`), publish."""
+        generation = int((previous or {}).get("generation", 0)) + 1
+        files = {k: v for k, v in ((previous or {}).get("tables") or {}).items() if k not in drop and k not in tables}
+        for table, df in tables.items():
+            file = f"{self.name}.{table}.g{generation}.parquet"
+            write_parquet(df, self.folder / file)
+            files[table] = file
+        manifest = {"generation": generation, "tables": files, **extra}
+        write_json(manifest, self.manifest_path)
+        live = set(files.values())
+        for f in self.folder.glob(f"{self.name}.*.g*.parquet"):
+            if f.name not in live:
+                f.unlink(missing_ok=True)
+        return manifest

@@ -12,9 +12,10 @@ import duckdb
 import polars as pl
 
 from ..config import Paths
+from .communities import CommunityState
 from .graph import EDGE_SCHEMA, NODE_SCHEMA
 from .reports import CommunityReport
-from .storage import read_json, read_parquet, write_json, write_parquet
+from .storage import ParquetBundle, read_json, read_parquet, write_json, write_parquet
 from .subgraph import ENTITY_ROWS, RELATION_ROWS
 
 CHUNK_ROWS = {"chunk_id": pl.Utf8, "doc_id": pl.Utf8, "doc": pl.Utf8, "position": pl.Int64, "text": pl.Utf8, "tokens": pl.Int64}
@@ -63,6 +64,20 @@ class Store:
         rels = self._read_many([self._doc_file("doc_subgraph", k, ".relations.parquet") for k in keys], RELATION_ROWS)
         return ents, rels
 
+    def subgraph_signatures(self, keys: list[str]) -> dict[str, str]:
+        """Per document, a signature of its subgraph files (size and modification time): a rewrite changes it."""
+        out = {}
+        for key in keys:
+            parts = []
+            for suffix in (".entities.parquet", ".relations.parquet"):
+                try:
+                    st = self._doc_file("doc_subgraph", key, suffix).stat()
+                    parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+                except FileNotFoundError:
+                    parts.append("missing")
+            out[key] = "/".join(parts)
+        return out
+
     def read_all_chunks(self, keys: list[str]) -> pl.DataFrame:
         return self._read_many([self._doc_file("chunks", k, ".parquet") for k in keys], CHUNK_ROWS)
 
@@ -110,6 +125,46 @@ class Store:
     def write_communities(self, df: pl.DataFrame) -> None:
         write_parquet(df, self.paths.graph_dir / "communities.parquet")
 
+    # The clustering state (the table, the clustered edges, report bases, id history) is published
+    # as one bundle; communities.parquet, which the other stages read, is written after it.
+    def write_community_state(self, state: CommunityState) -> None:
+        bundle = ParquetBundle(self.paths.graph_dir, "communities-state")
+        bundle.write({"table": state.table, "edges": state.edges, "bases": state.bases, "history": state.history},
+                     previous=bundle.manifest(), settings=state.settings, retired=sorted(state.retired),
+                     clustering_generation=state.generation)
+        self.write_communities(state.table)
+
+    def read_community_state(self) -> CommunityState | None:
+        """The last clustering's state, or None (first build, or state missing or damaged)."""
+        bundle = ParquetBundle(self.paths.graph_dir, "communities-state")
+        manifest = bundle.manifest()
+        if manifest is None:
+            return None
+        try:
+            return CommunityState(
+                table=bundle.read(manifest, "table"), edges=bundle.read(manifest, "edges"),
+                bases=bundle.read(manifest, "bases"), history=bundle.read(manifest, "history"),
+                generation=int(manifest["clustering_generation"]), settings=manifest.get("settings", {}),
+                retired=set(manifest.get("retired", [])),
+            )
+        except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+            return None
+
+    def remember_partition(self, digest: str, structure: pl.DataFrame, keep: int = 5) -> None:
+        """Remember how a graph (by digest) was clustered; the `keep` most recent graphs are kept."""
+        folder = self.paths.graph_dir / "partition_memo"
+        write_parquet(structure, folder / f"{digest}.parquet")
+        files = sorted(folder.glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        for f in files[keep:]:
+            f.unlink(missing_ok=True)
+
+    def recall_partition(self, digest: str) -> pl.DataFrame | None:
+        path = self.paths.graph_dir / "partition_memo" / f"{digest}.parquet"
+        try:
+            return pl.read_parquet(path) if path.exists() else None
+        except (OSError, pl.exceptions.PolarsError):
+            return None
+
     def read_communities(self) -> pl.DataFrame:
         path = self.paths.graph_dir / "communities.parquet"
         if not path.exists():
@@ -123,6 +178,9 @@ class Store:
     def read_report(self, community_id: str) -> CommunityReport | None:
         data = read_json(self.paths.reports_dir / f"{community_id}.json")
         return CommunityReport.from_dict(data) if data else None
+
+    def has_report(self, community_id: str) -> bool:
+        return (self.paths.reports_dir / f"{community_id}.json").exists()
 
     def remove_reports_except(self, live: set[str]) -> int:
         removed = 0

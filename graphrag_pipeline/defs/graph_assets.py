@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 import polars as pl
 
-from ..core.communities import detect_communities
-from ..core.merge import merge_subgraphs
+from ..core.communities import update_communities
+from ..core.mentions import update_merged_graph
 from ..core.reports import CommunityReport, extractive_report
-from ..core.reports_llm import fits_budget, llm_report
+from ..core.reports_llm import fits_budget, llm_report, report_generator
 from ..core.resolution import LLMJudge, resolve_incremental
 from ..core.summaries import summarise_long_descriptions
 from ..core.usage import LLMUsage, UsageLedger
@@ -43,9 +43,7 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
 def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     keys = context.instance.get_dynamic_partitions(documents_partitions.name)
-    entities, relations = store.read_subgraphs(keys)
-    doc_dropped = sum(int((store.subgraph_info(k) or {}).get("dropped_relations", 0)) for k in keys)
-    merged = merge_subgraphs(entities, relations)
+    merged = update_merged_graph(store, keys)
     client = llm.client(settings.paths.cache_db) if settings.method != "fast" else None
     nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, client, language=llm.language)
     usage = client.usage_snapshot() if client else LLMUsage()
@@ -56,12 +54,19 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
         context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")
-    context.log.info(f"merged {len(keys)} documents into {merged.nodes.height} entities and {merged.edges.height} relations")
+    how = "from scratch" if merged.full else (f"{merged.documents_changed} changed and {merged.documents_removed} removed "
+                                              f"documents, {merged.affected_keys} entities merged again")
+    context.log.info(f"merged {len(keys)} documents into {nodes.height} entities and {edges.height} relations ({how})")
     return dg.MaterializeResult(metadata={
         "documents": len(keys),
-        "entities": merged.nodes.height,
-        "relations": merged.edges.height,
-        "dropped_relations": merged.dropped_relations + doc_dropped,
+        "entities": nodes.height,
+        "relations": edges.height,
+        "dagster/row_count": nodes.height,
+        "documents_changed": merged.documents_changed,
+        "documents_removed": merged.documents_removed,
+        "entities_merged_again": merged.affected_keys if not merged.full else nodes.height,
+        "merged_from_scratch": merged.full,
+        "dropped_relations": merged.dropped_relations,
         "orphan_files_removed": removed,
         "summarised_descriptions": summary.summarised_nodes + summary.summarised_edges,
         **_llm_metadata(usage),
@@ -104,40 +109,76 @@ def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings
     })
 
 
+class CommunitiesConfig(dg.Config):
+    full_recluster: bool = False  # cluster from scratch even when the kept partition is good enough
+
+
 @dg.asset(
     deps=[resolved_graph],
     group_name="graph",
     kinds={"polars"},
     automation_condition=EAGER,
-    description="Hierarchical Leiden communities (all levels); one `communities` partition per reportable community.",
+    description="Hierarchical Leiden communities (all levels), kept stable across builds: only the changed "
+                "frontier of the graph moves; one `communities` partition per reportable community.",
 )
-def communities(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, config: CommunitiesConfig) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
-    started = time.perf_counter()
-    result = detect_communities(nodes, edges, max_cluster_size=settings.max_cluster_size, use_lcc=settings.use_lcc)
-    elapsed = time.perf_counter() - started
-    df = result.communities
-    store.write_communities(df)
-    context.log.info(f"Graph extracted {df.height} communities in {elapsed:.2f}s: {result.message}")
-
-    # one report partition per community of 2+ nodes, keyed by its content fingerprint
-    wanted = df.filter(pl.col("size") >= 2)["community_id"].to_list()
+    previous = store.read_community_state()
     instance = context.instance
-    existing = instance.get_dynamic_partitions(community_partitions.name)
-    new = [k for k in wanted if k not in set(existing)]
-    gone = [k for k in existing if k not in set(wanted)]
+    written = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
+    lost = {k for k in written if not store.has_report(k)}  # counted as written, but the file is gone
+    started = time.perf_counter()
+    update = update_communities(nodes, edges, previous, max_cluster_size=settings.max_cluster_size, use_lcc=settings.use_lcc,
+                                full_recluster=config.full_recluster, memo=store.recall_partition, lost_ids=lost)
+    elapsed = time.perf_counter() - started
+    df = update.communities
+    store.write_community_state(update.state)
+    if update.memo:
+        store.remember_partition(*update.memo)
+    m = update.metrics
+    context.log.info(f"{update.message} in {elapsed:.2f}s: {m.get('communities_changed', 0)} new or changed, "
+                     f"{m.get('communities_kept', 0)} kept ({m.get('source', '')})")
+    if m.get("reclustered") and previous is not None:
+        context.log.warning(f"re-clustered from scratch: {m.get('recluster_reason')}")
+
+    # one report partition per community of 2+ nodes, keyed by its id
+    wanted = df.filter(pl.col("size") >= 2)["community_id"].to_list()
+    existing = set(instance.get_dynamic_partitions(community_partitions.name))
+    new = [k for k in wanted if k not in existing]
+    gone = sorted(existing - set(wanted))
     if new:
         instance.add_dynamic_partitions(community_partitions.name, new)
     for key in gone:
         instance.delete_dynamic_partition(community_partitions.name, key)
+    deleted = store.remove_reports_except(update.retained_ids)
+    lost_now = lost & set(previous.table["community_id"].to_list()) if previous is not None else set()
+    if lost_now:
+        context.log.warning(f"{len(lost_now)} reports counted as written were missing (e.g. {sorted(lost_now)[0]}); "
+                            "their communities get new report partitions")
     levels = df.group_by("level").agg(pl.len().alias("communities"), pl.col("size").max().alias("largest")).sort("level").to_dicts()
+    fresh = m.get("modularity_fresh") or 0.0
     return dg.MaterializeResult(metadata={
         "communities": df.height,
+        "dagster/row_count": df.height,
         "reportable": len(wanted),
+        "communities_changed": m.get("communities_changed", 0),
+        "communities_kept": m.get("communities_kept", 0),
+        "communities_removed": m.get("communities_removed", 0),
+        "modularity_kept": dg.MetadataValue.float(float(m.get("modularity_kept", 0.0))),
+        "modularity_fresh": dg.MetadataValue.float(float(fresh)),
+        "modularity_ratio": dg.MetadataValue.float(round(m.get("modularity_kept", 0.0) / fresh, 4) if fresh else 1.0),
+        "reclustered": bool(m.get("reclustered")),
+        "recluster_reason": m.get("recluster_reason") or "not re-clustered: only the changed frontier moved",
+        "clustering": m.get("source", ""),
+        "frontier_nodes": m.get("frontier_nodes", 0),
+        "moved_nodes": m.get("moved_nodes", 0),
         "new_report_partitions": len(new),
         "removed_report_partitions": len(gone),
-        "message": result.message,
+        "reports_lost": len(lost_now),
+        "reports_deleted": deleted,
+        "seconds": round(elapsed, 2),
+        "message": update.message,
         "levels": md_table(levels, ["level", "communities", "largest"]),
         "preview": md_table(df.head(20).with_columns(pl.col("nodes").list.head(6).list.join(", ")).to_dicts(),
                             ["community_id", "level", "size", "weight", "nodes"]),
@@ -164,8 +205,12 @@ def community_reports(context: dg.AssetExecutionContext, settings: PipelineSetti
         if row["parent_id"]:
             children.setdefault(row["parent_id"], []).append(row["community_id"])
     client = llm.client(settings.paths.cache_db) if settings.method != "fast" and llm.use_for_reports else None
-    keys = [k for k in context.partition_keys if k in table]
     missing = [k for k in context.partition_keys if k not in table]
+    # a community id names its content: a report already stored for it by the same writer (an id that
+    # came back after an edit was undone, or a partition run again) is kept, not paid for twice
+    generator = report_generator(client)
+    reused = [k for k in context.partition_keys if k in table and (r := store.read_report(k)) and r.generator == generator]
+    keys = [k for k in context.partition_keys if k in table and k not in set(reused)]
     written: dict[str, CommunityReport] = {}
     fallbacks: list[dict] = []
 
@@ -210,12 +255,15 @@ def community_reports(context: dg.AssetExecutionContext, settings: PipelineSetti
     pool.shutdown()
     if missing:
         context.log.warning(f"{len(missing)} report partitions no longer match a community (superseded by a newer build)")
+    if reused:
+        context.log.info(f"{len(reused)} reports were already stored for their community ids and are kept")
     usage = client.usage_snapshot() if client else LLMUsage()
     UsageLedger(settings.paths.cache_db).record("community_reports", usage)
     rows = [{"community": k, "title": r.title, "rating": r.rating, "size": table[k]["size"], "extractive": r.extractive}
             for k, r in written.items()]
     return dg.MaterializeResult(metadata={
         "reports": len(written),
+        "reused": len(reused),
         "superseded": len(missing),
         "extractive": sum(1 for r in written.values() if r.extractive),
         "fallbacks": len(fallbacks),

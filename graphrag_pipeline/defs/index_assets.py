@@ -48,7 +48,6 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
             missing += 1
             continue
         reports.append(report)
-    store.remove_reports_except({r.community_id for r in reports})
     doc_keys = context.instance.get_dynamic_partitions(documents_partitions.name)
     chunk_df = store.read_all_chunks(doc_keys)
     client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None

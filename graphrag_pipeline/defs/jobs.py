@@ -29,3 +29,12 @@ publish_job = dg.define_asset_job(
     "publish_job", selection=[community_reports, search_index, elasticsearch_index],
     description="Write the reports of a range of communities, then publish the index.",
 )
+
+# Re-cluster the communities from scratch (the weekly schedule, off by default, runs it); reports
+# and the index follow through declarative automation, and only communities that came out
+# different get new reports.
+recluster_job = dg.define_asset_job(
+    "recluster_job", selection=[communities],
+    config={"ops": {"communities": {"config": {"full_recluster": True}}}},
+    description="Cluster the communities from scratch instead of updating the kept partition.",
+)

@@ -6,7 +6,7 @@ import json
 import dagster as dg
 
 from .corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
-from .jobs import documents_job, graph_job
+from .jobs import documents_job, graph_job, recluster_job
 from .partitions import documents_partitions
 from .resources import PipelineSettings
 
@@ -71,6 +71,16 @@ def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSet
     if not requests:
         return dg.SkipReason(f"{len(plan.states)} documents, all up to date")
     return requests
+
+
+weekly_recluster = dg.ScheduleDefinition(
+    name="weekly_recluster",
+    cron_schedule="0 4 * * 0",
+    job=recluster_job,
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Sundays 04:00, when turned on: cluster communities from scratch (builds otherwise keep the previous "
+                "partition and move only the changed frontier, re-clustering by themselves when quality drops).",
+)
 
 
 automation_sensor = dg.AutomationConditionSensorDefinition(

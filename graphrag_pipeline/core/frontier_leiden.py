@@ -1,0 +1,273 @@
+"""Keeping a partition up to date when the graph changes: only the changed frontier may move.
+
+This follows the idea of Dynamic Frontier Leiden (Sahu, 2024): start from the previous
+community of every node, mark the nodes touched by the change, and let only those move. Here
+the frontier is fixed up front (the changed nodes and their neighbours) and never grows, so
+everything outside it keeps its community by construction. Within that limit each round does
+what Leiden does, in miniature:
+
+1. local moving: each frontier node goes to the neighbouring community with the best modularity
+   gain (nodes that join the graph start alone);
+2. refinement: a community that gained or lost members and fell apart is split into its connected
+   pieces (Leiden's guarantee that communities are connected);
+3. aggregation: a changed community joins a neighbouring community when merging the two raises
+   modularity (this is how the new nodes of a new topic end up together, not in fragments).
+
+Modularity gains use the standard formulas (resolution 1): moving node i from A to B gains
+k_iB - k_iA - K_i (S_B - S_A + K_i) / 2m, merging A and B gains e_AB - S_A S_B / 2m (both
+up to the common factor 1/m), with K the weighted degree, S the summed degree of a community
+and 2m the summed degree of the graph. Everything is restricted to a node mask, so the same code
+updates the top level (the whole graph) and the sub-network of one community (a lower level).
+All iteration orders are fixed, so the result is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_EPS = 1e-12
+
+
+@dataclass
+class CSRGraph:
+    """An undirected weighted graph over nodes 0..n-1 in compressed sparse row form."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.indptr) - 1
+
+    @classmethod
+    def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> "CSRGraph":
+        """Each edge given once (no self-loops); stored in both directions."""
+        a = np.concatenate([src, dst]).astype(np.int64)
+        b = np.concatenate([dst, src]).astype(np.int64)
+        ww = np.concatenate([w, w]).astype(np.float64)
+        order = np.lexsort((b, a))
+        a, b, ww = a[order], b[order], ww[order]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(a, minlength=n), out=indptr[1:])
+        return cls(indptr, b, ww)
+
+    def neighbours(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        s, e = self.indptr[i], self.indptr[i + 1]
+        return self.indices[s:e], self.weights[s:e]
+
+    def degrees(self, mask: np.ndarray) -> np.ndarray:
+        """Weighted degree of every node counting only edges between nodes of `mask` (0 outside it)."""
+        inside = mask[self.indices]
+        row = np.repeat(np.arange(self.n), np.diff(self.indptr))
+        k = np.bincount(row[inside], weights=self.weights[inside], minlength=self.n)
+        return np.where(mask, k, 0.0)
+
+
+@dataclass
+class FrontierUpdate:
+    labels: np.ndarray  # community label per node (-1 outside the mask)
+    next_label: int  # the smallest label not used yet
+    moved: int = 0  # node moves made by local moving
+    splits: int = 0  # communities split into connected pieces
+    merges: int = 0  # community merges
+    touched: set[int] = field(default_factory=set)  # labels whose membership changed (incl. new and emptied)
+
+
+def frontier_update(
+    graph: CSRGraph,
+    mask: np.ndarray,
+    labels: np.ndarray,
+    frontier: np.ndarray,
+    next_label: int,
+    max_rounds: int = 4,
+    max_passes: int = 20,
+) -> FrontierUpdate:
+    """Update `labels` (a community per node of `mask`, -1 = a node new to the partition) letting
+    only nodes of `frontier` move. New nodes start as singletons and are always movable.
+
+    Returns new labels; the input arrays are not modified. Labels of unchanged communities are
+    kept, new communities get labels from `next_label` upwards.
+    """
+    labels = np.where(mask, labels, -1).astype(np.int64)
+    movable = frontier & mask
+    new_nodes = np.flatnonzero(mask & (labels < 0))
+    touched: set[int] = set()
+    for i in new_nodes:
+        labels[i] = next_label
+        touched.add(next_label)
+        next_label += 1
+    movable[new_nodes] = True
+    k = graph.degrees(mask)
+    two_m = float(k.sum())
+    result = FrontierUpdate(labels, next_label, touched=touched)
+    if two_m <= 0:
+        return result
+    sigma: dict[int, float] = {}
+    members: dict[int, set[int]] = {}
+    for i in np.flatnonzero(mask):
+        c = int(labels[i])
+        sigma[c] = sigma.get(c, 0.0) + float(k[i])
+        members.setdefault(c, set()).add(int(i))
+
+    order = [int(i) for i in np.flatnonzero(movable)]
+    for _ in range(max_rounds):
+        changed = _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, max_passes)
+        changed |= _split_disconnected(graph, mask, labels, members, result)
+        changed |= _merge_communities(graph, mask, labels, k, two_m, sigma, members, result)
+        if not changed:
+            break
+    result.labels = labels
+    return result
+
+
+def _neighbour_weights(graph: CSRGraph, mask: np.ndarray, labels: np.ndarray, i: int) -> dict[int, float]:
+    nbrs, ws = graph.neighbours(i)
+    keep = mask[nbrs] & (nbrs != i)
+    nbrs, ws = nbrs[keep], ws[keep]
+    if len(nbrs) == 0:
+        return {}
+    uniq, inv = np.unique(labels[nbrs], return_inverse=True)
+    sums = np.bincount(inv, weights=ws)
+    return {int(c): float(s) for c, s in zip(uniq, sums)}
+
+
+def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, max_passes) -> bool:
+    changed = False
+    for _ in range(max_passes):
+        moves = 0
+        for i in order:
+            a = int(labels[i])
+            ki = float(k[i])
+            w = _neighbour_weights(graph, mask, labels, i)
+            sigma_a = sigma[a] - ki
+            best, best_gain = a, w.get(a, 0.0) - ki * sigma_a / two_m
+            for c in sorted(w):
+                if c == a:
+                    continue
+                gain = w[c] - ki * sigma[c] / two_m
+                if gain > best_gain + _EPS:
+                    best, best_gain = c, gain
+            if best != a:
+                sigma[a] = sigma_a
+                sigma[best] += ki
+                members[a].discard(i)
+                members[best].add(i)
+                labels[i] = best
+                result.touched.update((a, best))
+                moves += 1
+        result.moved += moves
+        changed |= moves > 0
+        if moves == 0:
+            break
+    return changed
+
+
+def _split_disconnected(graph, mask, labels, members, result) -> bool:
+    """Split every touched community that is not connected; the largest piece keeps the label."""
+    changed = False
+    for c in sorted(result.touched):
+        nodes = members.get(c)
+        if not nodes or len(nodes) < 2:
+            continue
+        pieces = _components(graph, mask, labels, nodes, c)
+        if len(pieces) < 2:
+            continue
+        pieces.sort(key=lambda p: (-len(p), min(p)))
+        for piece in pieces[1:]:
+            new = result.next_label
+            result.next_label += 1
+            for i in piece:
+                labels[i] = new
+            members[c] -= piece
+            members[new] = piece
+            result.touched.add(new)
+            result.splits += 1
+        changed = True
+    # sigma is recomputed lazily by the merge step from members (splits are rare)
+    return changed
+
+
+def _components(graph, mask, labels, nodes: set[int], c: int) -> list[set[int]]:
+    seen: set[int] = set()
+    pieces = []
+    for start in sorted(nodes):
+        if start in seen:
+            continue
+        piece = {start}
+        queue = deque([start])
+        seen.add(start)
+        while queue:
+            i = queue.popleft()
+            nbrs, _ = graph.neighbours(i)
+            for j in nbrs[mask[nbrs] & (labels[nbrs] == c)]:
+                j = int(j)
+                if j not in seen:
+                    seen.add(j)
+                    piece.add(j)
+                    queue.append(j)
+        pieces.append(piece)
+    return pieces
+
+
+def _merge_communities(graph, mask, labels, k, two_m, sigma, members, result) -> bool:
+    """Merge touched communities into a neighbouring community while that raises modularity."""
+    for c in list(members):  # refresh sums after splits
+        nodes = members[c]
+        if not nodes:
+            del members[c]
+            sigma.pop(c, None)
+            continue
+        sigma[c] = float(sum(k[i] for i in nodes))
+    changed = False
+    queue = sorted(c for c in result.touched if c in members)
+    pending = set(queue)
+    while queue:
+        a = queue.pop(0)
+        pending.discard(a)
+        if a not in members:
+            continue
+        between: dict[int, float] = {}
+        for i in members[a]:
+            for c, w in _neighbour_weights(graph, mask, labels, i).items():
+                if c != a:
+                    between[c] = between.get(c, 0.0) + w
+        best, best_gain = None, _EPS
+        for c in sorted(between):
+            gain = between[c] - sigma[a] * sigma[c] / two_m
+            if gain > best_gain:
+                best, best_gain = c, gain
+        if best is None:
+            continue
+        # the larger community keeps its label (ties: the smaller label), so a big stable
+        # community absorbing a fragment keeps its identity
+        keep, gone = (best, a) if (len(members[best]), -best) >= (len(members[a]), -a) else (a, best)
+        for i in members[gone]:
+            labels[i] = keep
+        members[keep] |= members.pop(gone)
+        sigma[keep] += sigma.pop(gone)
+        result.touched.update((keep, gone))
+        result.merges += 1
+        changed = True
+        if keep not in pending:
+            queue.append(keep)
+            pending.add(keep)
+    return changed
+
+
+def modularity(graph: CSRGraph, mask: np.ndarray, labels: np.ndarray) -> float:
+    """Modularity (resolution 1) of `labels` on the sub-network of `mask`."""
+    k = graph.degrees(mask)
+    two_m = float(k.sum())
+    if two_m <= 0:
+        return 0.0
+    row = np.repeat(np.arange(graph.n), np.diff(graph.indptr))
+    inside = mask[row] & mask[graph.indices] & (labels[row] == labels[graph.indices])
+    internal = float(graph.weights[inside].sum())
+    idx = np.flatnonzero(mask)
+    _, inv = np.unique(labels[idx], return_inverse=True)
+    s = np.bincount(inv, weights=k[idx])
+    return internal / two_m - float((s * s).sum()) / (two_m * two_m)

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
+import statistics
 from pathlib import Path
 
 import pytest
 
 from graphrag_pipeline.core.chunking import chunk_id, chunk_text
+from graphrag_pipeline.core.documents import read_document, scan_corpus
 from graphrag_pipeline.core.tokens import count_tokens
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
          "sigma tau upsilon phi chi psi omega Newton Darwin London Cambridge").split()
+# common English words, for prose with an ordinary number of tokens per word
+VOCAB = ("the of and to in a is that for it as was with be by on not he this are or his from at which but "
+         "have an they had one were their all we there been has more if will when who would so what about "
+         "into than them can only other time new some could these two may first then do any like my now over "
+         "such our man even most made after also did many before must through back years where much your way "
+         "well down should because each just those people how too little state good very make world still "
+         "own see men work long get here between both life being under never day same another know while last "
+         "might us great old year off come since against go came right used take three river harbour council "
+         "merchant voyage letter village garden winter library engine railway museum journey country history "
+         "mountain island market window evening morning teacher captain doctor soldier painter writer").split()
+DEFAULT_MAX, DEFAULT_OVERLAP = 2000, 100  # GRAPHRAG_CHUNK_TOKENS, GRAPHRAG_CHUNK_OVERLAP
 
 
 def paragraphs(n: int, seed: int = 0, lo: int = 20, hi: int = 80) -> list[str]:
@@ -24,6 +38,26 @@ def paragraphs(n: int, seed: int = 0, lo: int = 20, hi: int = 80) -> list[str]:
         end = rng.choice([".", "", "!", ")", ""])  # some paragraphs end without punctuation
         out.append(f"Paragraph {i} {words}{end}")
     return out
+
+
+def prose_paragraphs(n_tokens: int, seed: int, lo: int = 2, hi: int = 8) -> list[str]:
+    """Paragraphs of lo-hi sentences of 6-24 common words, about n_tokens tokens in all."""
+    rng = random.Random(seed)
+    paras: list[str] = []
+    total = 0
+    while total < n_tokens:
+        sentences = []
+        for _ in range(rng.randint(lo, hi)):
+            words = " ".join(rng.choice(VOCAB) for _ in range(rng.randint(6, 24)))
+            sentences.append(words.capitalize() + rng.choice([".", ".", ".", "?", "!"]))
+        paras.append(" ".join(sentences))
+        total += count_tokens(paras[-1]) + 1
+    return paras
+
+
+def nano_windows(tokens: int) -> int:
+    """How many chunks nano-graphrag makes of a document: 1,200-token windows, 100 tokens overlap."""
+    return 1 if tokens <= 1200 else math.ceil((tokens - 100) / 1100)
 
 
 def chinese_text() -> str:
@@ -203,10 +237,11 @@ def test_no_overlap_when_disabled():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("max_tokens,overlap", [(1200, 100), (300, 50)])
+@pytest.mark.parametrize("max_tokens,overlap,n_paragraphs", [(1200, 100, 150), (300, 50, 150),
+                                                          (DEFAULT_MAX, DEFAULT_OVERLAP, 300)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_editing_one_middle_paragraph_changes_at_most_three_chunks(max_tokens, overlap, seed):
-    paras = paragraphs(150, seed=seed)
+def test_editing_one_middle_paragraph_changes_at_most_three_chunks(max_tokens, overlap, n_paragraphs, seed):
+    paras = paragraphs(n_paragraphs, seed=seed)
     old = chunk_text("\n\n".join(paras), max_tokens, overlap)
     assert len(old) >= 8
     for j in range(60, 91, 5):
@@ -231,3 +266,88 @@ def test_appending_a_paragraph_keeps_earlier_ids():
     assert [c.id for c in new[: len(old) - 1]] == [c.id for c in old[:-1]]
     assert new[-1].id != old[-1].id
     assert "A new closing paragraph" in new[-1].text
+
+
+@pytest.mark.parametrize("kind", ["append", "replace", "insert", "delete"])
+def test_random_edits_at_the_default_settings_change_few_chunks(kind):
+    paras = prose_paragraphs(40000, seed=11)
+    old = chunk_text("\n\n".join(paras), DEFAULT_MAX, DEFAULT_OVERLAP)
+    assert len(old) >= 25
+    rng = random.Random(kind)
+    changed = []
+    for j in rng.sample(range(len(paras) // 4, 3 * len(paras) // 4), 15):
+        edited = list(paras)
+        if kind == "append":
+            edited[j] += " The council met again in the winter."
+        elif kind == "replace":
+            edited[j] = " ".join(prose_paragraphs(120, seed=j))
+        elif kind == "insert":
+            edited.insert(j, " ".join(prose_paragraphs(120, seed=j)))
+        else:
+            del edited[j]
+        new = chunk_text("\n\n".join(edited), DEFAULT_MAX, DEFAULT_OVERLAP)
+        added, removed = changed_ids(old, new)
+        assert 1 <= added <= 3 and removed <= 3, (j, added, removed)
+        assert new[0].id == old[0].id and new[-1].id == old[-1].id
+        assert_within_bounds(new, DEFAULT_MAX, DEFAULT_OVERLAP)
+        changed.append(added)
+    assert statistics.mean(changed) <= 1.7
+
+
+def test_editing_one_sentence_of_a_long_paragraph_changes_few_chunks():
+    # no blank line: the cuts are still anchored to the content of the sentences
+    text = chinese_text()
+    sentences = re.findall(r"[^。]*。", text)
+    old = chunk_text(text, 200, 40)
+    assert len(old) >= 10
+    for k in range(len(sentences) // 3, 2 * len(sentences) // 3, 4):
+        edited = text.replace(sentences[k], sentences[k][:-1] + "，后来又有修改。", 1)
+        new = chunk_text(edited, 200, 40)
+        added, removed = changed_ids(old, new)
+        assert 1 <= added <= 3 and removed <= 3, (k, added, removed)
+        assert new[-1].id == old[-1].id
+
+
+def test_appending_at_the_default_settings_keeps_earlier_ids():
+    paras = prose_paragraphs(30000, seed=5)
+    old = chunk_text("\n\n".join(paras), DEFAULT_MAX, DEFAULT_OVERLAP)
+    for extra in (1, 3, 10):
+        more = "\n\n".join(paras + prose_paragraphs(extra * 100, seed=extra))
+        new = chunk_text(more, DEFAULT_MAX, DEFAULT_OVERLAP)
+        assert [c.id for c in new[: len(old) - 1]] == [c.id for c in old[:-1]]
+
+
+# ---------------------------------------------------------------------------------------------
+# size: no more chunks (LLM extraction calls) than nano-graphrag's 1,200/100 windows
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sentences_per_paragraph", [(1, 3), (2, 8), (6, 14)])
+def test_default_settings_make_no_more_chunks_than_nano_windows(sentences_per_paragraph):
+    ours = nano = 0
+    long_chunks = []
+    for seed, size in enumerate([900, 1800, 3000, 6000, 12000, 25000] * 2):
+        text = "\n\n".join(prose_paragraphs(size, seed, *sentences_per_paragraph))
+        chunks = chunk_text(text, DEFAULT_MAX, DEFAULT_OVERLAP)
+        ours += len(chunks)
+        nano += nano_windows(count_tokens(text))
+        if size >= 12000:
+            long_chunks += [c.tokens for c in chunks]
+    assert ours <= nano, (ours, nano)
+    assert statistics.mean(long_chunks) >= 1150  # nano's windows hold 1,200 tokens with the overlap
+
+
+def test_the_bundled_corpus_gets_no_more_chunks_than_nano_windows():
+    texts = [read_document(f.path).text for f in scan_corpus(CORPUS)]
+    assert len(texts) >= 5
+    ours = sum(len(chunk_text(t, DEFAULT_MAX, DEFAULT_OVERLAP)) for t in texts)
+    assert ours <= sum(nano_windows(count_tokens(t)) for t in texts)
+
+
+def test_a_document_under_twice_min_tokens_is_one_chunk():
+    # content cuts lie min_tokens (600 by default) from both ends; nano makes one window up to 1,200
+    for seed in range(10):
+        paras = prose_paragraphs(1100, seed)
+        while count_tokens("\n\n".join(paras)) >= 1200:
+            paras.pop()
+        assert len(chunk_text("\n\n".join(paras), DEFAULT_MAX, DEFAULT_OVERLAP)) == 1

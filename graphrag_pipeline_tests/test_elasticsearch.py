@@ -170,3 +170,105 @@ def test_config_from_env_auth_and_tls(monkeypatch, home):
     assert "a2V5OnNlY3JldA==" not in str(err)
     other = EsConfig.from_env(home / "other")
     assert other.alias != cfg.alias  # two GRAPHRAG_HOMEs never share an index
+
+
+def _es_hashes(cfg: EsConfig) -> dict[str, str]:
+    from elasticsearch import helpers
+
+    es = cfg.client()
+    try:
+        return {h["_id"]: h["_source"]["content_hash_kwd"]
+                for h in helpers.scan(es, index=cfg.alias, query={"query": {"match_all": {}}}, _source=["content_hash_kwd"])}
+    finally:
+        es.close()
+
+
+def _duckdb_hashes(home) -> dict[str, str]:
+    """What a full sync from the published DuckDB index would write."""
+    tables, meta = read_duckdb_tables(home / "index" / "search_index.duckdb")
+    return {i: d["content_hash_kwd"] for i, d in build_documents(tables, meta).items()}
+
+
+def _latest(instance, asset: str) -> dict:
+    import dagster as dg
+
+    ev = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    return {k: v.value for k, v in ev.asset_materialization.metadata.items()}
+
+
+def _append(doc, text: str) -> None:
+    doc.write_text(doc.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_one(es_env, home, corpus, instance, monkeypatch):
+    from graphrag_pipeline.definitions import defs
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    assert _es_metadata(instance())["es_path"] == "rebuild"  # first sync: a new index behind the alias
+
+    # one edit: DuckDB publishes version 2 from version 1, and Elasticsearch (at 1) applies just that delta
+    _append(corpus / "curie_radioactivity.md", "\n\nIn 1921 Marie Curie visited President Warren Harding in Washington.\n")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    duck = _latest(inst, "search_index")
+    assert duck["index_version"] == 2 and duck["previous_version"] == 1 and duck["changed_keys"] > 0
+    meta = _es_metadata(inst)
+    assert meta["es_path"] == "delta" and meta["es_index_version"] == 2, meta
+    assert 0 < meta["es_written"] < meta["es_unchanged"]
+    assert _es_hashes(es_env) == _duckdb_hashes(home)  # exactly what a full sync would hold
+    with open_index(home) as es:
+        assert es.meta["index_version"] == 2
+        assert any("Warren Harding" in e["name"] for e in es.entities_by_types(["PERSON"], 500))
+
+    # two DuckDB publishes while Elasticsearch is not configured: it misses version 3 and must not apply 4's delta
+    monkeypatch.delenv("GRAPHRAG_ES_URL")
+    _append(corpus / "darwin_and_wallace.txt", "\n\nIn 1882 Charles Darwin was buried in Westminster Abbey near Isaac Newton.\n")
+    assert cli("build", "--corpus", str(corpus), "--method", "fast")[0] == 0
+    (corpus / "printing_and_paper_zh.md").unlink()
+    assert cli("build", "--corpus", str(corpus), "--method", "fast")[0] == 0
+    assert _latest(instance(), "search_index")["previous_version"] == 3
+    monkeypatch.setenv("GRAPHRAG_ES_URL", es_env.url)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")  # Elasticsearch is behind: synced
+    assert code == 0, out
+    meta = _es_metadata(instance())
+    assert meta["es_path"] == "sync" and "holds index version 2" in meta["es_reason"] and meta["es_deleted"] > 0, meta
+    assert _es_hashes(es_env) == _duckdb_hashes(home)
+
+    # nothing new: nothing to write; asked for a full rebuild: a new index behind the alias
+    job = defs.resolve_job_def("index_job")
+    assert job.execute_in_process(instance=instance()).success
+    assert _es_metadata(instance())["es_path"] == "current"
+    assert job.execute_in_process(instance=instance(), run_config={
+        "ops": {"elasticsearch_index": {"config": {"full_rebuild": True}}}}).success
+    meta = _es_metadata(instance())
+    assert meta["es_path"] == "rebuild" and meta["es_full_rebuild"] is True
+    assert _es_hashes(es_env) == _duckdb_hashes(home)
+
+
+def test_a_delta_with_every_kind_of_change_leaves_elasticsearch_as_a_full_sync_would(es_up, tmp_path):
+    import uuid
+
+    from graphrag_pipeline.core.es_index import sync_index
+    from graphrag_pipeline_tests.test_index_delta import _edit, _inputs, _publish
+
+    cfg = EsConfig(url=es_up, alias=f"graphrag-test-delta-{uuid.uuid4().hex[:10]}")
+    path = tmp_path / "index.duckdb"
+    try:
+        _publish(path, _inputs())
+        assert sync_index(cfg, path).path == "rebuild"
+        assert sync_index(cfg, path).path == "current"
+        # removed / added / changed entities, relations, reports and chunks, new n-hop paths, a changed type pool
+        assert _publish(path, _edit(_inputs()), max_fraction=1.0).mode == "delta"
+        stats = sync_index(cfg, path)
+        assert stats.path == "delta" and stats.deleted >= 4 and 0 < stats.written < stats.unchanged, stats
+        tables, meta = read_duckdb_tables(path)
+        expected = {i: d["content_hash_kwd"] for i, d in build_documents(tables, meta).items()}
+        assert _es_hashes(cfg) == expected
+    finally:
+        es = cfg.client()
+        try:
+            es.options(ignore_status=404).indices.delete(index=f"{cfg.alias}-*")
+        finally:
+            es.close()

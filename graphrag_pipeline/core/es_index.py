@@ -7,6 +7,11 @@ overwrite; each document stores a hash of its content, so a sync writes only wha
 deletes by id what disappeared. A full rebuild loads a new index and moves the alias in one
 atomic `_aliases` call; if anything fails before that, the old index keeps serving.
 Only core APIs are used (no painless, ingest, _reindex or _delete_by_query).
+
+`sync_index` follows the DuckDB index: when the `meta` record in Elasticsearch says it holds
+exactly the DuckDB index the latest publish was derived from (`previous_index_id`), only the
+records named in DuckDB's `changes` table are read, written or deleted ("delta"); otherwise the
+whole index is read and synced by content hash ("sync") or loaded anew ("rebuild").
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 import polars as pl
+
+from .index_records import NHOP_ORDER_SQL
 
 SCHEMA_VERSION = 1
 KG = "knowledge_graph_kwd"
@@ -183,10 +190,13 @@ class EsWriteStats:
     seconds: float = 0.0
     previous_index: str | None = None
     reason: str = ""
+    path: str = ""  # delta (changed records only), sync (all records, by content hash), rebuild, current (nothing to do)
+    index_version: int | None = None  # the DuckDB index version Elasticsearch now holds
 
     def to_metadata(self) -> dict:
         return {"es_index": self.index, "es_full_rebuild": self.full_rebuild, "es_written": self.written,
-                "es_deleted": self.deleted, "es_unchanged": self.unchanged, "es_reason": self.reason}
+                "es_deleted": self.deleted, "es_unchanged": self.unchanged, "es_reason": self.reason,
+                "es_path": self.path, "es_index_version": self.index_version}
 
 
 def _bulk(es, actions: Iterable[dict]) -> int:
@@ -285,15 +295,174 @@ def _sync(es, cfg: EsConfig, docs: dict[str, dict], index: str) -> EsWriteStats:
                         unchanged=len(docs) - len(changed))
 
 
+_ORDER = {"nhop": NHOP_ORDER_SQL, "ty2ents": '"count" DESC, type'}
+
+
 def read_duckdb_tables(path) -> tuple[dict[str, pl.DataFrame], dict]:
     """The tables and meta of a published DuckDB index (the source of an Elasticsearch sync)."""
     import duckdb
 
     con = duckdb.connect(str(path), read_only=True)
     try:
-        tables = {name: con.sql(f"SELECT * FROM {name}").pl()
+        tables = {name: con.sql(f"SELECT * FROM {name}" + (f" ORDER BY {_ORDER[name]}" if name in _ORDER else "")).pl()
                   for name in ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")}
         meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
     finally:
         con.close()
     return tables, meta
+
+
+@dataclass
+class DuckDBDelta:
+    """The records of one DuckDB publish's `changes`, as Elasticsearch documents."""
+
+    meta: dict
+    docs: dict[str, dict]   # id -> document to write (the meta record included)
+    delete_ids: list[str]
+    total: int              # documents the whole index makes
+
+
+def read_duckdb_delta(path) -> DuckDBDelta:
+    """Only the records named in the `changes` table of a published DuckDB index (rows of other keys
+    are never read)."""
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
+        changes = con.sql("SELECT table_name, key, key2, op FROM changes").pl()
+
+        def keys(table: str, op: str) -> pl.DataFrame:
+            return changes.filter((pl.col("table_name") == table) & (pl.col("op") == op))
+
+        def rows(table: str, sql_keys: pl.DataFrame, cols: list[str], order: str = "") -> pl.DataFrame:
+            con.register("_k", sql_keys.to_arrow())
+            try:
+                on = " AND ".join(f"t.{c} = _k.{c}" for c in cols)
+                return con.sql(f"SELECT t.* FROM {table} t WHERE EXISTS (SELECT 1 FROM _k WHERE {on})"
+                               + (f" ORDER BY {order}" if order else "")).pl()
+            finally:
+                con.unregister("_k")
+
+        # an entity's document carries its n-hop paths: new paths rewrite it too
+        ent_keys = pl.concat([keys("entities", "upsert").select("key"), changes.filter(pl.col("table_name") == "nhop").select("key")]).unique()
+        entities = rows("entities", ent_keys, ["key"])
+        nhop = rows("nhop", entities.select(pl.col("key").alias("entity_key")), ["entity_key"], NHOP_ORDER_SQL)
+        relations = rows("relations", keys("relations", "upsert").select(pl.col("key").alias("source_key"), pl.col("key2").alias("target_key")),
+                         ["source_key", "target_key"])
+        reports = rows("community_reports", keys("community_reports", "upsert").select(pl.col("key").alias("community_id")), ["community_id"])
+        chunks = rows("chunks", keys("chunks", "upsert").select(pl.col("key").alias("doc_id"), pl.col("key2").alias("chunk_id")),
+                      ["doc_id", "chunk_id"])
+        ty2ents = con.sql(f"SELECT * FROM ty2ents ORDER BY {_ORDER['ty2ents']}").pl()
+        n = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("entities", "relations", "community_reports")}
+        n_chunks = con.execute("SELECT count(*) FROM (SELECT DISTINCT doc_id, chunk_id FROM chunks)").fetchall()[0][0]
+    finally:
+        con.close()
+    docs = build_documents({"entities": entities, "relations": relations, "community_reports": reports, "chunks": chunks,
+                            "nhop": nhop, "ty2ents": ty2ents}, meta)
+    if not changes.filter(pl.col("table_name") == "ty2ents").height:
+        docs.pop("ty2ents")
+    delete_ids = (
+        [_hash_id("ent", k) for k in keys("entities", "delete")["key"].to_list()]
+        + [_hash_id("rel", a, b) for a, b in keys("relations", "delete").select("key", "key2").iter_rows()]
+        + [_hash_id("rep", k) for k in keys("community_reports", "delete")["key"].to_list()]
+        + [_hash_id("chk", d, c) for d, c in keys("chunks", "delete").select("key", "key2").iter_rows()]
+    )
+    return DuckDBDelta(meta, docs, delete_ids, sum(n.values()) + n_chunks + 2)
+
+
+def read_duckdb_meta(path) -> dict:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
+    finally:
+        con.close()
+
+
+def _es_meta(es, index: str) -> dict:
+    res = es.options(ignore_status=404).get(index=index, id="meta")
+    if not res.get("found"):
+        return {}
+    try:
+        return json.loads(res["_source"].get("content_with_weight") or "{}")
+    except ValueError:
+        return {}
+
+
+def _mapping_problem(es, index: str, dim: int) -> str | None:
+    meta = es.indices.get_mapping(index=index)[index]["mappings"].get("_meta", {})
+    if meta.get("schema_version") != SCHEMA_VERSION or int(meta.get("dim", -1)) != dim:
+        return f"mapping changed (schema {meta.get('schema_version')}, dim {meta.get('dim')})"
+    return None
+
+
+def _apply_delta(es, cfg: EsConfig, index: str, delta: DuckDBDelta) -> EsWriteStats:
+    """Write the changed records and delete the vanished ones; the meta record goes last, so an
+    interrupted delta leaves Elasticsearch claiming the old version (and the next run repeats it)."""
+    docs = dict(delta.docs)
+    meta_doc = docs.pop("meta")
+    try:
+        actions = [{"_op_type": "index", "_index": index, "_id": i, "_source": d} for i, d in docs.items()]
+        actions += [{"_op_type": "delete", "_index": index, "_id": i} for i in delta.delete_ids]
+        if actions:
+            _bulk(es, actions)
+        es.index(index=index, id="meta", document=meta_doc)
+        es.indices.refresh(index=index)
+    except EsIndexError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise cfg.error("applying the index delta", exc) from None
+    written = len(docs) + 1
+    return EsWriteStats(index=index, full_rebuild=False, written=written, deleted=len(delta.delete_ids),
+                        unchanged=max(0, delta.total - written))
+
+
+def sync_index(cfg: EsConfig, duckdb_path, *, full_rebuild: bool = False) -> EsWriteStats:
+    """Bring the alias up to the published DuckDB index: by its delta when Elasticsearch holds exactly
+    the index that delta starts from, else by a content-hash sync or a rebuild (`publish`)."""
+    started = time.perf_counter()
+    meta = read_duckdb_meta(duckdb_path)
+    dim = int(meta["embedding_dim"])
+    version = meta.get("index_version")
+    reason = "full rebuild requested" if full_rebuild else ""
+    if not full_rebuild:
+        es = cfg.client()
+        try:
+            try:
+                current = _current_index(es, cfg.alias)
+                problem = _mapping_problem(es, current, dim) if current else "no index yet"
+                held = _es_meta(es, current) if current and not problem else {}
+            except Exception as exc:  # noqa: BLE001 - connection refused, auth, TLS...
+                raise cfg.error("reading the alias", exc) from None
+            if problem:
+                reason = problem
+            elif held.get("index_id") and held.get("index_id") == meta.get("index_id"):
+                counts = meta.get("counts") or {}
+                records = sum(int(counts.get(t, 0)) for t in ("entities", "relations", "community_reports", "chunks")) + 2
+                return EsWriteStats(index=current, full_rebuild=False, unchanged=records,
+                                    seconds=time.perf_counter() - started, reason="already holds this index version",
+                                    path="current", index_version=version)
+            elif meta.get("previous_index_id") and held.get("index_id") == meta.get("previous_index_id") \
+                    and (delta := read_duckdb_delta(duckdb_path)).meta.get("index_id") == meta.get("index_id"):
+                stats = _apply_delta(es, cfg, current, delta)
+                stats.reason = f"delta from index version {held.get('index_version')} to {version}"
+                stats.path, stats.index_version = "delta", version
+                stats.seconds = time.perf_counter() - started
+                return stats
+            else:
+                reason = (f"Elasticsearch holds index version {held.get('index_version')}, the latest delta starts "
+                          f"from version {meta.get('previous_version')}")
+        finally:
+            es.close()
+    tables, meta = read_duckdb_tables(duckdb_path)
+    stats = publish(cfg, build_documents(tables, meta), dim, full_rebuild=full_rebuild)
+    stats.path = "rebuild" if stats.full_rebuild else "sync"
+    if full_rebuild:
+        stats.reason = reason
+    elif reason and stats.reason == "incremental":  # a content-hash sync: say why the delta could not be used
+        stats.reason = reason
+    stats.index_version = version
+    stats.seconds = time.perf_counter() - started
+    return stats

@@ -1,10 +1,10 @@
 """Asset checks: invariants of the graph and of the published index."""
 
 
-import duckdb
 import dagster as dg
 import polars as pl
 
+from ..core.duckdb_index import check_index_file
 from .graph_assets import communities, knowledge_graph, resolved_graph
 from .index_assets import search_index
 from .resources import PipelineSettings
@@ -62,19 +62,13 @@ def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckR
     )
 
 
-@dg.asset_check(asset=search_index, description="The index holds every entity and relation of the resolved graph, a report per reportable community, and vectors for all.")
+@dg.asset_check(asset=search_index, blocking=True,
+                description="The index holds every entity and relation of the resolved graph, a report per reportable community "
+                            "(2+ members), no stale or duplicate keys, and vectors on every row. Blocking: Elasticsearch is not "
+                            "synced from an index that fails it.")
 def search_index_is_complete(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
-    reportable = store.read_communities().filter(pl.col("size") >= 2).height
-    con = duckdb.connect(str(settings.paths.index_file), read_only=True)
-    try:
-        n_ent, n_rel, n_rep = (con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("entities", "relations", "community_reports"))
-        no_vec = con.execute("SELECT (SELECT count(*) FROM entities WHERE embedding IS NULL) + (SELECT count(*) FROM relations WHERE embedding IS NULL)").fetchall()[0][0]
-    finally:
-        con.close()
-    passed = n_ent == nodes.height and n_rel == edges.height and n_rep == reportable and no_vec == 0
-    return dg.AssetCheckResult(passed=passed, metadata={
-        "entities": n_ent, "graph_entities": nodes.height, "relations": n_rel, "graph_relations": edges.height,
-        "reports": n_rep, "reportable_communities": reportable, "rows_without_vector": no_vec,
-    })
+    # the same verification search_index runs on every index before publishing it
+    verdict = check_index_file(settings.paths.index_file, nodes, edges, store.read_communities())
+    return dg.AssetCheckResult(passed=verdict.passed, metadata=verdict.to_metadata())

@@ -1,4 +1,5 @@
-"""The published search index (DuckDB), rebuilt aside and swapped in whole."""
+"""The published search index (DuckDB, patched by delta or rebuilt aside, swapped in whole) and its
+Elasticsearch copy (following the same delta when it can)."""
 
 
 import time
@@ -6,15 +7,20 @@ import time
 import dagster as dg
 import polars as pl
 
-from ..core.duckdb_index import previous_vectors, write_duckdb_index
+from ..core.duckdb_index import IncompleteIndexError, missing_reports_completeness, publish_index
 from ..core.embedding import EndpointEmbedder, HashingEmbedder
-from ..core.es_index import EsConfig, EsIndexError, build_documents, publish, read_duckdb_tables
-from ..core.index_records import build_index_tables
+from ..core.es_index import EsConfig, EsIndexError, sync_index
+from ..core.index_records import collect_reports
 from .document_assets import chunks
 from .graph_assets import EAGER, communities, community_reports, resolved_graph
 from .metadata import md_table
-from .partitions import community_partitions, documents_partitions
+from .partitions import documents_partitions
 from .resources import LLMSettings, PipelineSettings
+
+
+class SearchIndexConfig(dg.Config):
+    full_rebuild: bool = False  # write the whole index anew even when a delta would do (also compacts the file)
+
 
 class ElasticsearchConfig(dg.Config):
     full_rebuild: bool = False  # write a new index and swap the alias even when a sync would do
@@ -27,52 +33,79 @@ PUBLISH_WHEN_SETTLED = EAGER & ~dg.AutomationCondition.any_deps_match(
 ).with_label("no input requested this tick")
 
 
+def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        pool = con.sql('SELECT type, entities, "count" FROM ty2ents ORDER BY "count" DESC, type').pl()
+    finally:
+        con.close()
+    return md_table(pool.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"])
+
+
+def _incomplete(message: str, verdict) -> dg.Failure:
+    # retrying cannot help: the inputs lack something; the published index was left as it was
+    return dg.Failure(description=f"{message}; the published index was left untouched",
+                      metadata=verdict.to_metadata(), allow_retries=False)
+
+
 @dg.asset(
     deps=[resolved_graph, communities, community_reports, chunks],
     group_name="index",
     kinds={"duckdb"},
     automation_condition=PUBLISH_WHEN_SETTLED,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
-    description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool.",
+    description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool. "
+                "Published by delta (only changed rows are written) or rebuilt whole; verified complete before it is published.",
 )
-def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
-    store = settings.store()
+def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings,
+                 config: SearchIndexConfig) -> dg.MaterializeResult:
     started = time.perf_counter()
+    store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
     comms = store.read_communities()
-    live = set(context.instance.get_dynamic_partitions(community_partitions.name))
-    reports, missing = [], 0
-    for cid in comms.filter(pl.col("size") >= 2)["community_id"].to_list():
-        report = store.read_report(cid) if cid in live else None
-        if report is None:
-            missing += 1
-            continue
-        reports.append(report)
+    # every reportable community of the communities table needs its report file: a missing one is
+    # an error, never a silently smaller index
+    reports, missing = collect_reports(comms, store.read_report)
+    if missing:
+        verdict = missing_reports_completeness(missing, len(reports) + len(missing))
+        raise _incomplete(f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
+                          f"(first: {', '.join(missing[:5])})", verdict)
     doc_keys = context.instance.get_dynamic_partitions(documents_partitions.name)
-    chunk_df = store.read_all_chunks(doc_keys)
+    chunk_df = store.scan_all_chunks(doc_keys)
     client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
     if llm.embedding_model != "hashing" and client is None:
         raise dg.Failure(f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL")
     embedder = EndpointEmbedder(client) if client else HashingEmbedder()
-    previous = previous_vectors(settings.paths.index_file, embedder.model_id)
-    tables = build_index_tables(nodes, edges, comms, reports, chunk_df, embedder, previous)
-    size = write_duckdb_index(tables, settings.paths.index_file, {
-        "embedding_model": embedder.model_id, "embedding_dim": embedder.dim, "method": settings.method,
-        "documents": len(doc_keys), "communities": comms.height, "built_at": time.time(),
-    })
-    counts = tables.counts()
-    if missing:
-        context.log.warning(f"{missing} communities have no report yet; they are left out of this index")
-    context.log.info(f"published {settings.paths.index_file} ({size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f}s: {counts}")
+    inputs_seconds = time.perf_counter() - started
+    try:
+        result = publish_index(settings.paths.index_file, nodes, edges, comms, reports, chunk_df, embedder,
+                               {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+                               full_rebuild=config.full_rebuild, log=context.log.info)
+    except IncompleteIndexError as exc:
+        raise _incomplete(str(exc), exc.completeness) from None
+    counts = dict(result.meta.get("counts", {}))
+    changes = result.to_metadata()
+    seconds = time.perf_counter() - started
+    context.log.info(f"{result.mode} publish of {settings.paths.index_file} ({result.size / 1e6:.1f} MB) in {seconds:.1f}s "
+                     f"({result.reason}): {changes['rows_inserted']} rows inserted, {changes['rows_updated']} updated, "
+                     f"{changes['rows_deleted']} deleted, {changes['rows_unchanged']} unchanged; {counts}")
     return dg.MaterializeResult(metadata={
         **{k: v for k, v in counts.items()},
+        **{k: v for k, v in changes.items() if k not in ("row_changes", "phase_seconds")},
+        "row_changes": md_table([{"table": t, **d} for t, d in changes["row_changes"].items()],
+                                ["table", "inserted", "updated", "deleted", "unchanged"]),
+        "row_changes_json": dg.MetadataValue.json(changes["row_changes"]),
+        "seconds": round(seconds, 3),
+        "phase_seconds": dg.MetadataValue.json({"inputs": round(inputs_seconds, 3), **changes["phase_seconds"]}),
         "documents": len(doc_keys),
         "communities": comms.height,
-        "reports_missing": missing,
+        "reportable_communities": len(reports),
         "path": dg.MetadataValue.path(str(settings.paths.index_file)),
-        "size_bytes": size,
+        "size_bytes": result.size,
         "embedding_model": embedder.model_id,
-        "type_pool": md_table(tables.ty2ents.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"]),
+        "type_pool": _type_pool_preview(settings.paths.index_file),
     })
 
 
@@ -82,21 +115,22 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     kinds={"elasticsearch"},
     automation_condition=EAGER,
     retry_policy=dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
-    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): changed records written, vanished ones deleted; a full rebuild swaps the alias atomically.",
+    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): follows the DuckDB index's delta when it holds "
+                "the version that delta starts from; otherwise changed records written and vanished ones deleted by content hash; "
+                "a full rebuild swaps the alias atomically.",
 )
 def elasticsearch_index(context: dg.AssetExecutionContext, settings: PipelineSettings, config: ElasticsearchConfig) -> dg.MaterializeResult:
     cfg = EsConfig.from_env(settings.home)
     if cfg is None:
         return dg.MaterializeResult(metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"})
-    tables, meta = read_duckdb_tables(settings.paths.index_file)
-    docs = build_documents(tables, meta)
-    context.log.info(f"syncing {len(docs)} records to {cfg.url} alias {cfg.alias}")
+    context.log.info(f"syncing {settings.paths.index_file} to {cfg.url} alias {cfg.alias}")
     try:
-        stats = publish(cfg, docs, int(meta["embedding_dim"]), full_rebuild=config.full_rebuild)
+        stats = sync_index(cfg, settings.paths.index_file, full_rebuild=config.full_rebuild)
     except EsIndexError as exc:
         raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
-    context.log.info(f"{'rebuilt' if stats.full_rebuild else 'updated'} {stats.index}: {stats.written} written, "
+    context.log.info(f"{stats.path} ({stats.reason}) {stats.index}: {stats.written} written, "
                      f"{stats.deleted} deleted, {stats.unchanged} unchanged in {stats.seconds:.1f}s")
     return dg.MaterializeResult(metadata={
-        **stats.to_metadata(), "url": cfg.url, "alias": cfg.alias, "records": len(docs), "seconds": round(stats.seconds, 2),
+        **stats.to_metadata(), "url": cfg.url, "alias": cfg.alias, "records": stats.written + stats.unchanged,
+        "seconds": round(stats.seconds, 2),
     })

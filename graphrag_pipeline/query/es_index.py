@@ -165,7 +165,7 @@ class EsIndex:
         hits = self._knn("chunk", vector, k + 8, ["chunk_id_kwd", "docnm_kwd", "position_int", "content"])
         rows = [{"chunk_id": s["chunk_id_kwd"], "doc": s["docnm_kwd"], "position": s["position_int"], "text": s["content"], "sim": sim}
                 for sim, s in hits]
-        return sorted(rows, key=lambda r: (-r["sim"], r["chunk_id"]))[:k]
+        return sorted(rows, key=lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))[:k]
 
     def chunks_by_text(self, question: str, k: int) -> list[dict]:
         """BM25 over chunk text."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..config import Paths, default_home
 from ..core.embedding import EndpointEmbedder, HashingEmbedder
+from ..core.index_records import NHOP_ORDER_SQL
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -67,7 +68,7 @@ class DuckDBIndex:
         self._position = {r["key"]: i for i, r in enumerate(ordered)}
         self._rel_by_pair = {(r["source_key"], r["target_key"]): r for r in self._memory["relations"][0]}
         self._nhop: dict[str, list[dict]] = {}
-        for key, path, weights in self.con.sql("SELECT entity_key, path, weights FROM nhop").fetchall():
+        for key, path, weights in self.con.sql(f"SELECT entity_key, path, weights FROM nhop ORDER BY {NHOP_ORDER_SQL}").fetchall():
             self._nhop.setdefault(key, []).append({"entity_key": key, "path": path, "weights": weights})
         self._reports_of: dict[str, list[int]] = {}
         report_rows = self._memory["community_reports"][0]
@@ -157,7 +158,9 @@ class DuckDBIndex:
             return []
         if self._memory:
             return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop.get(k, [])]
-        return self._rows("SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?))", [keys])
+        # in the order the paths were computed (a delta publish appends re-computed entities at the end)
+        return self._rows(f"SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY {NHOP_ORDER_SQL}",
+                          [keys])
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
         if "relations" in self._memory:
@@ -207,15 +210,16 @@ class DuckDBIndex:
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         if "chunks" in self._memory:
-            return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"]))
+            return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))
+        # an identical chunk in two documents ties on (sim, chunk_id): document and position decide, not the storage order
         sql = f"""SELECT chunk_id, doc, position, text, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
-                  FROM chunks ORDER BY sim DESC, chunk_id LIMIT ?"""
+                  FROM chunks ORDER BY sim DESC, chunk_id, doc, position LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
 
     def type_pool(self) -> dict[str, list[str]]:
         if getattr(self, "_pool", None) is not None:
             return self._pool
-        return {t: list(e) for t, e in self.con.execute("SELECT type, entities FROM ty2ents").fetchall()}
+        return {t: list(e) for t, e in self.con.execute('SELECT type, entities FROM ty2ents ORDER BY "count" DESC, type').fetchall()}
 
     def counts(self) -> dict[str, int]:
         return dict(self.meta.get("counts", {}))

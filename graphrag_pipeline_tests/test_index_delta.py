@@ -1,0 +1,348 @@
+"""Delta publishing of the DuckDB index: a patched index equals a full rebuild (vectors included),
+only changed texts are embedded, n-hop paths are re-computed only around changed edges, the
+fall-backs to a full rebuild, and no incomplete index is ever published."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+
+import duckdb
+import polars as pl
+import pytest
+
+from graphrag_pipeline.core.duckdb_index import (
+    IncompleteIndexError, SCHEMA_VERSION, check_index_file, publish_index, read_meta,
+)
+from graphrag_pipeline.core.embedding import HashingEmbedder
+from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.core.index_records import TABLES, nhop_affected, nhop_paths
+from graphrag_pipeline.core.reports import CommunityReport, Finding
+from graphrag_pipeline.query import DuckDBIndex, query
+
+TYPES = ["PERSON", "GEO", "ORGANIZATION", "EVENT"]
+QUESTIONS = ["Who is Entity 12?", "Entity 40 and Entity 41", "the organisation of entity 7", "place 3"]
+
+
+class Counting(HashingEmbedder):
+    def __init__(self, dim: int = 512):
+        super().__init__(dim)
+        self.seen: list[str] = []
+
+    def embed(self, texts):
+        self.seen += list(texts)
+        return super().embed(texts)
+
+
+def _name(i: int) -> str:
+    return f"Entity {i}"
+
+
+def _inputs(n: int = 160, seed: int = 7) -> dict:
+    rnd = random.Random(seed)
+    nodes = pl.DataFrame([{
+        "key": f"e{i:03d}", "name": _name(i), "type": TYPES[i % 4], "description": f"{_name(i)} is thing number {i}",
+        "descriptions": [], "source_ids": [f"c{i % 9}"], "doc_ids": [f"d{i % 5}"], "degree": 0, "pagerank": 0.0,
+    } for i in range(n)], schema=NODE_SCHEMA)
+    pairs = set()
+    while len(pairs) < 3 * n:
+        a, b = sorted(rnd.sample(range(n), 2))
+        pairs.add((a, b))
+    edges = pl.DataFrame([{
+        "source_key": f"e{a:03d}", "target_key": f"e{b:03d}", "source": _name(a), "target": _name(b),
+        "description": f"{_name(a)} works with {_name(b)}", "descriptions": [], "keywords": ["work"],
+        "weight": float(rnd.randint(1, 5)), "source_ids": [f"c{a % 9}"], "doc_ids": [f"d{a % 5}"],
+    } for a, b in sorted(pairs)], schema=EDGE_SCHEMA)
+    nodes = with_metrics(nodes, edges)
+    keys = nodes["key"].to_list()
+    comms = []
+    for j in range(0, n, 6):  # level 0: groups of 6; level 1: groups of 24 (one of them a single node: no report)
+        comms.append({"community_id": f"L0-{j:03d}", "level": 0, "nodes": keys[j : j + 6]})
+    for j in range(0, n, 24):
+        comms.append({"community_id": f"L1-{j:03d}", "level": 1, "nodes": keys[j : j + 24]})
+    comms.append({"community_id": "L2-solo", "level": 2, "nodes": [keys[0]]})
+    communities = pl.DataFrame([{**c, "size": len(c["nodes"]), "weight": len(c["nodes"]) / n} for c in comms])
+    reports = {c["community_id"]: CommunityReport(
+        c["community_id"], c["level"], f"Group {c['community_id']}", f"Members {', '.join(c['nodes'][:3])}", 5.0, "why",
+        [Finding("a finding", "its explanation")], [_name(int(k[1:])) for k in c["nodes"]]) for c in comms if len(c["nodes"]) >= 2}
+    chunk_rows = []
+    for d in range(6):
+        for p in range(5):
+            text = f"Document {d} paragraph {p}: {_name(d * 5 + p)} met {_name(d * 5 + p + 1)}."
+            chunk_rows.append({"chunk_id": f"chunk-{d}-{p}", "doc_id": f"d{d}", "doc": f"doc{d}.txt", "position": p, "text": text})
+    # an identical paragraph repeated in one document, and shared with another document
+    chunk_rows.append({"chunk_id": "chunk-dup", "doc_id": "d1", "doc": "doc1.txt", "position": 5, "text": "Same paragraph."})
+    chunk_rows.append({"chunk_id": "chunk-dup", "doc_id": "d1", "doc": "doc1.txt", "position": 6, "text": "Same paragraph."})
+    chunk_rows.append({"chunk_id": "chunk-dup", "doc_id": "d2", "doc": "doc2.txt", "position": 5, "text": "Same paragraph."})
+    chunks = pl.DataFrame(chunk_rows)
+    return {"nodes": nodes, "edges": edges, "communities": communities, "reports": reports, "chunks": chunks}
+
+
+def _edit(inp: dict) -> dict:
+    """A small edit touching every table: descriptions, a removed and an added entity, re-weighted,
+    removed and added relations (PageRank recomputed: moves nearly every entity's score), a changed,
+    a removed and a new report, changed / removed / added chunks."""
+    nodes, edges, communities = inp["nodes"], inp["edges"], inp["communities"]
+    nodes = nodes.with_columns(pl.when(pl.col("key").is_in(["e010", "e020", "e030"]))
+                               .then(pl.col("description") + " Edited.").otherwise(pl.col("description")).alias("description"))
+    nodes = nodes.filter(pl.col("key") != "e005")
+    edges = edges.filter((pl.col("source_key") != "e005") & (pl.col("target_key") != "e005"))
+    new = pl.DataFrame([{"key": "e999", "name": "Newcomer", "type": "PERSON", "description": "A new entity", "descriptions": [],
+                         "source_ids": ["c1"], "doc_ids": ["d6"], "degree": 0, "pagerank": 0.0}], schema=NODE_SCHEMA)
+    nodes = pl.concat([nodes, new])
+    first = edges.row(0, named=True)
+    edges = edges.slice(2).with_columns(  # two relations removed
+        pl.when((pl.col("source_key") == "e012") | (pl.col("target_key") == "e012")).then(pl.col("weight") * 2)
+        .otherwise(pl.col("weight")).alias("weight"))
+    added = pl.DataFrame([{"source_key": k, "target_key": "e999", "source": _name(int(k[1:])), "target": "Newcomer",
+                           "description": f"{_name(int(k[1:]))} greets Newcomer", "descriptions": [], "keywords": [],
+                           "weight": 3.0, "source_ids": ["c1"], "doc_ids": ["d6"]} for k in ("e040", "e041", first["source_key"])],
+                         schema=EDGE_SCHEMA)
+    edges = pl.concat([edges, added]).unique(["source_key", "target_key"], keep="first", maintain_order=True)
+    nodes = with_metrics(nodes, edges)
+    keys = set(nodes["key"].to_list())
+    communities = communities.filter(pl.col("community_id") != "L0-012").with_columns(
+        pl.col("nodes").list.eval(pl.element().filter(pl.element().is_in(list(keys)))))
+    communities = communities.with_columns(pl.col("nodes").list.len().alias("size"))
+    communities = pl.concat([communities, pl.DataFrame([{"community_id": "L0-new", "level": 0, "nodes": ["e040", "e041", "e999"],
+                                                           "size": 3, "weight": 0.5}], schema=communities.schema)])
+    reports = {k: v for k, v in inp["reports"].items() if k != "L0-012"}
+    changed = reports["L0-018"]
+    reports["L0-018"] = CommunityReport(changed.community_id, changed.level, changed.title, changed.summary + " Now more.", 6.0,
+                                        "why", changed.findings, changed.entities)
+    reports["L0-new"] = CommunityReport("L0-new", 0, "Newcomer and friends", "Entity 40, Entity 41 and Newcomer", 7.0, "why", [],
+                                        ["Entity 40", "Entity 41", "Newcomer"])
+    chunks = inp["chunks"].filter(pl.col("doc_id") != "d4").with_columns(
+        pl.when(pl.col("chunk_id") == "chunk-0-1").then(pl.lit("Document 0 paragraph 1 rewritten: Newcomer arrives."))
+        .otherwise(pl.col("text")).alias("text"),
+        pl.when(pl.col("chunk_id") == "chunk-0-1").then(pl.lit("chunk-0-1b")).otherwise(pl.col("chunk_id")).alias("chunk_id"))
+    chunks = pl.concat([chunks, pl.DataFrame([{"chunk_id": "chunk-6-0", "doc_id": "d6", "doc": "doc6.txt", "position": 0,
+                                               "text": "Newcomer appears in a new document."}])])
+    return {"nodes": nodes, "edges": edges, "communities": communities, "reports": reports, "chunks": chunks}
+
+
+def _publish(path, inp: dict, embedder=None, **kw):
+    reportable = inp["communities"].filter(pl.col("size") >= 2)["community_id"].to_list()
+    reports = [inp["reports"][c] for c in reportable if c in inp["reports"]]
+    return publish_index(path, inp["nodes"], inp["edges"], inp["communities"], reports, inp["chunks"],
+                         embedder or HashingEmbedder(), {"method": "fast", "documents": 6, "communities": inp["communities"].height}, **kw)
+
+
+def _tables(path) -> dict[str, pl.DataFrame]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").pl() for t in TABLES}
+    finally:
+        con.close()
+
+
+def test_delta_publish_equals_a_full_rebuild(tmp_path):
+    before, after = _inputs(), _edit(_inputs())
+    path = tmp_path / "index.duckdb"
+    first = _publish(path, before)
+    assert first.mode == "full" and first.reason == "no previous index"
+    v1 = read_meta(path)
+
+    counting = Counting()
+    res = _publish(path, after, counting, max_fraction=1.0)
+    assert res.mode == "delta", res.reason
+    full = _publish(tmp_path / "full.duckdb", after)
+    assert full.mode == "full"
+    delta_tables, full_tables = _tables(path), _tables(tmp_path / "full.duckdb")
+    for t in TABLES:  # every row and column, vectors and row hashes included
+        assert delta_tables[t].equals(full_tables[t]), t
+
+    # only new or re-worded texts were embedded: the entity scores moved everywhere (PageRank), their names did not
+    assert "Newcomer" in counting.seen and "Document 0 paragraph 1 rewritten: Newcomer arrives." in counting.seen
+    assert not any(t.startswith("Entity ") and ":" not in t for t in counting.seen), counting.seen
+    assert len(counting.seen) < 20
+    stats = res.tables
+    assert stats["entities"].updated > 100 and stats["entities"].inserted == 1 and stats["entities"].deleted == 1
+    assert stats["community_reports"].deleted >= 2 and stats["community_reports"].inserted >= 2
+    assert stats["chunks"].deleted >= 5 and stats["nhop"].unchanged > 0
+    for t, d in stats.items():
+        assert d.unchanged + d.updated + d.deleted == first.meta["counts"][t], t
+
+    meta = read_meta(path)
+    assert meta["index_version"] == v1["index_version"] + 1 and meta["previous_index_id"] == v1["index_id"]
+    assert meta["build_mode"] == "delta" and meta["counts"] == full.meta["counts"]
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        changes = con.sql("SELECT table_name, key, key2, op FROM changes").pl()
+    finally:
+        con.close()
+    ops = {(r["table_name"], r["key"], r["key2"]): r["op"] for r in changes.to_dicts()}
+    assert ops[("entities", "e005", None)] == "delete" and ops[("entities", "e999", None)] == "upsert"
+    assert ops[("community_reports", "L0-012", None)] == "delete" and ops[("community_reports", "L0-new", None)] == "upsert"
+    assert ops[("chunks", "d4", "chunk-4-0")] == "delete" and ops[("chunks", "d0", "chunk-0-1b")] == "upsert"
+    assert ops[("nhop", "e999", None)] == "upsert"
+
+    # and the two answer every query alike, from the file and from memory
+    for preload in (False, True):
+        with DuckDBIndex(path, preload=preload) as a, DuckDBIndex(tmp_path / "full.duckdb", preload=preload) as b:
+            for q in QUESTIONS:
+                for mode in ("local", "global", "naive"):
+                    assert query(a, q, mode).to_dict() == query(b, q, mode).to_dict(), (q, mode, preload)
+            keys = [f"e{i:03d}" for i in range(0, 60, 3)] + ["e999"]
+            assert a.nhop(keys) == b.nhop(keys)
+            assert a.type_pool() == b.type_pool()
+
+
+def test_nhop_paths_are_recomputed_only_around_changed_edges():
+    before, after = _inputs(), _edit(_inputs())
+    old, new = nhop_paths(before["edges"]), nhop_paths(after["edges"])
+    affected = nhop_affected(before["edges"], after["edges"])
+    assert 0 < len(affected) < after["nodes"].height
+    # every entity whose paths differ is among the affected ones...
+    group = lambda df: {k: g.drop("entity_key").to_dicts() for (k,), g in df.group_by("entity_key", maintain_order=True)}  # noqa: E731
+    g_old, g_new = group(old), group(new)
+    differ = {k for k in set(g_old) | set(g_new) if g_old.get(k) != g_new.get(k)}
+    assert differ <= affected
+    # ... and the paths computed for those alone are exactly the whole computation's
+    local = nhop_paths(after["edges"], only=sorted(affected))
+    assert local.equals(new.filter(pl.col("entity_key").is_in(sorted(affected))))
+    assert nhop_affected(after["edges"], after["edges"]) == set()
+
+
+def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    st = os.stat(path)
+    again = _publish(path, inp)
+    assert again.mode == "unchanged"
+    assert (os.stat(path).st_ino, os.stat(path).st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
+
+    edited = _edit(inp)
+    v1 = read_meta(path)
+    forced = _publish(path, edited, full_rebuild=True)
+    assert forced.mode == "full" and forced.reason == "full rebuild requested"
+    # the changes are still recorded against the index it replaced (Elasticsearch can follow)
+    assert read_meta(path)["previous_index_id"] == v1["index_id"] and read_meta(path)["changed_keys"] > 0
+
+    big = _publish(path, inp, max_fraction=0.01)  # back to the first inputs: more than 1 % of the rows change
+    assert big.mode == "full" and "rows change" in big.reason
+
+    other = _publish(path, edited, HashingEmbedder(256))
+    assert other.mode == "full" and "embedder" in other.reason and read_meta(path)["previous_index_id"] is None
+
+    _publish(path, inp, HashingEmbedder(256))
+    tiny = {**inp, "nodes": inp["nodes"].with_columns(
+        pl.when(pl.col("key") == "e010").then(pl.lit("Edited")).otherwise(pl.col("description")).alias("description"))}
+    assert _publish(path, tiny, HashingEmbedder(256)).mode == "delta"
+    con = duckdb.connect(str(path))  # pretend many deltas were applied since the last full build
+    con.execute("UPDATE meta SET value = '1000000' WHERE key = 'rows_rewritten_since_full'")
+    con.close()
+    compact = _publish(path, inp, HashingEmbedder(256))
+    assert compact.mode == "full" and compact.reason.startswith("compaction")
+
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    old = _publish(path, inp, HashingEmbedder(256))
+    assert old.mode == "full" and old.reason == f"schema version 1 -> {SCHEMA_VERSION}"
+
+
+def test_an_incomplete_index_is_never_published(tmp_path):
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    original = path.read_bytes()
+    edited = _edit(inp)
+    edited["reports"].pop("L0-030")  # a reportable community without its report
+    for kw in ({}, {"full_rebuild": True}):
+        with pytest.raises(IncompleteIndexError) as err:
+            _publish(path, edited, **kw)
+        assert "1 of" in str(err.value) and "L0-030" in str(err.value)
+        assert err.value.completeness.missing["community_reports"] == ["L0-030"]
+        assert path.read_bytes() == original
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]  # no temporary file left behind
+    verdict = check_index_file(path, inp["nodes"], inp["edges"], inp["communities"])
+    assert verdict.passed, verdict.problems()
+    verdict = check_index_file(path, edited["nodes"], edited["edges"], edited["communities"])
+    assert not verdict.passed and verdict.missing_count["entities"] == 1 and verdict.extra_count["entities"] == 1
+
+
+def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
+    inp, edited = _inputs(), _edit(_inputs())
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    expected = {read_meta(path)["counts"]["entities"], edited["nodes"].height}
+    errors, seen = [], set()
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                con = duckdb.connect(str(path), read_only=True)
+                n = con.execute("SELECT count(*) FROM entities").fetchall()[0][0]
+                counts = con.execute("SELECT value FROM meta WHERE key = 'counts'").fetchall()[0][0]
+                con.close()
+                assert n in expected and str(n) in counts
+                seen.add(n)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        # a whole-graph edit back and forth: deltas, and a compaction once they add up
+        modes = [_publish(path, edited if i % 2 == 0 else inp, max_fraction=1.0).mode for i in range(6)]
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors[:3]
+    assert modes[0] == "delta" and "full" in modes and seen and seen <= expected
+    assert not [p for p in tmp_path.iterdir() if p.name != "index.duckdb"]
+
+
+# -- through Dagster --------------------------------------------------------------------------------
+def _run_index_job(instance, run_config: dict | None = None):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline.defs.resources import apply_env_defaults
+
+    apply_env_defaults()
+    return defs.resolve_job_def("index_job").execute_in_process(instance=instance, raise_on_error=False, run_config=run_config or {})
+
+
+def _metadata(instance, asset: str) -> dict:
+    import dagster as dg
+
+    ev = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    return {k: v.value for k, v in ev.asset_materialization.metadata.items()}
+
+
+def test_search_index_fails_on_a_missing_report_and_keeps_the_published_index(home, corpus, instance):
+    import dagster as dg
+
+    from graphrag_pipeline.defs.checks import search_index_is_complete
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    index = home / "index" / "search_index.duckdb"
+    inst = instance()
+    first = _metadata(inst, "search_index")
+    assert first["mode"] == "full" and first["index_version"] == 1
+
+    # a republish with nothing changed leaves the file as it is
+    st = os.stat(index)
+    assert _run_index_job(inst).success
+    assert _metadata(inst, "search_index")["mode"] == "unchanged"
+    assert os.stat(index).st_mtime_ns == st.st_mtime_ns
+
+    before = index.read_bytes()
+    meta_before = read_meta(index)
+    reports = sorted((home / "reports").glob("*.json"))
+    gone = reports[len(reports) // 2]
+    gone.unlink()
+    result = _run_index_job(inst)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
+    description = failure.step_failure_data.user_failure_data.description  # a dg.Failure, not a crash
+    assert gone.stem in description and "1 of" in description and "no report file" in description, description
+    assert index.read_bytes() == before and read_meta(index) == meta_before  # the published index is untouched
+    assert not [p for p in index.parent.iterdir() if p.name != index.name]  # nothing half-written beside it
+    assert len(list((home / "reports").glob("*.json"))) == len(reports) - 1  # and no report file was deleted
+    assert search_index_is_complete.check_specs and all(s.blocking for s in search_index_is_complete.check_specs)

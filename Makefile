@@ -58,13 +58,17 @@ bench: $(BENCH_STAMP)
 	$(BENCH_RUN) overhead --method light --chat-latency-ms 300 --repeat 3 --profile
 	$(BENCH_RUN) overhead --method general --chat-latency-ms 300 --repeat 3 --profile
 	$(BENCH_RUN) nano --chat-latency-ms 300 --concurrency 16
+	$(BENCH_RUN) nano --novel --chat-latency-ms 300 --concurrency 16
+	$(BENCH_RUN) real --edits 3
 	$(BENCH_RUN) scale --docs 1000 10000 50000 --max-minutes 60
 	$(BENCH_RUN) query --entities 100000 --questions 200
 	$(BENCH_RUN) plots
 
+# downloads (linux-doc-6.1, brotli's alice29.txt) are shared with `make bench` through --cache-dir
 bench-smoke: $(BENCH_STAMP)
 	$(BENCH_SMOKE) overhead --method light --docs 2 --chat-latency-ms 20
 	$(BENCH_SMOKE) overhead --method general --docs 2 --chat-latency-ms 20
+	$(BENCH_SMOKE) --cache-dir benchmarks/.work/cache real --limit 150 --edits 1
 	$(BENCH_SMOKE) scale --docs 20 50 --max-minutes 3 --resolution-names 2000 --resolution-sample 300
 	$(BENCH_SMOKE) query --entities 2000 --questions 20
 	$(BENCH_SMOKE) plots

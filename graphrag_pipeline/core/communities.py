@@ -3,7 +3,8 @@
 The first build clusters from scratch with graspologic's Rust core (`hierarchical_leiden`: Leiden
 on the graph, then again on every community of `max_cluster_size` nodes or more, level by
 level). Every later build starts from the previous assignment and lets only the changed part of
-the graph move (`frontier_leiden`): nodes whose edges changed, new nodes, and their neighbours.
+the graph move (`frontier_leiden`): nodes whose edges changed and new nodes, then the neighbours
+of any node that moves.
 Going down the hierarchy, a community whose members and internal edges are unchanged keeps its
 whole sub-tree; one that gained or lost members is re-split starting from its previous
 sub-communities (or from scratch when it had none). So a small edit changes a few communities
@@ -240,16 +241,6 @@ def _affected(g: _Graph, previous_edges: pl.DataFrame) -> np.ndarray:
     return out & g.mask
 
 
-def _with_neighbours(g: _Graph, nodes: np.ndarray, within: np.ndarray) -> np.ndarray:
-    """`nodes` plus their neighbours, all restricted to `within` (boolean masks)."""
-    out = nodes & within
-    row = np.repeat(np.arange(g.csr.n), np.diff(g.csr.indptr))
-    hit = out[row] & within[g.csr.indices]
-    out = out.copy()
-    out[g.csr.indices[hit]] = True
-    return out & within
-
-
 def _sub_edge_list(g: _Graph, members: np.ndarray) -> list[tuple[str, str, float]]:
     inside = np.zeros(len(g.keys), dtype=bool)
     inside[members] = True
@@ -265,7 +256,7 @@ def _update_hierarchy(g: _Graph, prev: _Previous, affected: np.ndarray, *, max_c
     out: list[_Cluster] = []
 
     start = np.where(g.mask, prev.label_at[0] if prev.label_at else -1, -1)
-    frontier = _with_neighbours(g, affected, g.mask)
+    frontier = affected & g.mask
     stats["frontier_nodes"] = int(frontier.sum())
     top = frontier_update(g.csr, g.mask, start, frontier, next_label)
     next_label = top.next_label
@@ -309,7 +300,7 @@ def _update_hierarchy(g: _Graph, prev: _Previous, affected: np.ndarray, *, max_c
                     out.extend(fresh)
                 stats["subtrees_fresh"] += 1
                 continue
-            local = _with_neighbours(g, (affected & sub) | (sub & (child < 0)), sub)
+            local = (affected & sub) | (sub & (child < 0))
             upd = frontier_update(g.csr, sub, child, local, next_label)
             next_label = upd.next_label
             stats["moved_nodes"] += upd.moved

@@ -2,12 +2,13 @@
 
 This follows the idea of Dynamic Frontier Leiden (Sahu, 2024): start from the previous
 community of every node, mark the nodes touched by the change, and let only those move. Here
-the frontier is fixed up front (the changed nodes and their neighbours) and never grows, so
-everything outside it keeps its community by construction. Within that limit each round does
+the frontier starts with the nodes touched by the change and grows only around nodes that
+actually move, so everything the change does not reach keeps its community. Within that limit each round does
 what Leiden does, in miniature:
 
 1. local moving: each frontier node goes to the neighbouring community with the best modularity
    gain (nodes that join the graph start alone);
+   a node that moves puts its neighbours on the frontier (as in Dynamic Frontier Leiden);
 2. refinement: a community that gained or lost members and fell apart is split into its connected
    pieces (Leiden's guarantee that communities are connected);
 3. aggregation: a changed community joins a neighbouring community when merging the two raises
@@ -136,33 +137,42 @@ def _neighbour_weights(graph: CSRGraph, mask: np.ndarray, labels: np.ndarray, i:
 
 
 def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, max_passes) -> bool:
+    """Process the queue of frontier nodes; a node that moves puts its neighbours in the queue (the
+    frontier grows only where something actually changed). At most max_passes x the initial
+    frontier (and at least one visit of every node) are processed, so a cascade is bounded."""
+    queue = deque(order)
+    queued = set(order)
+    budget = max_passes * max(len(order), 1) + int(mask.sum())
     changed = False
-    for _ in range(max_passes):
-        moves = 0
-        for i in order:
-            a = int(labels[i])
-            ki = float(k[i])
-            w = _neighbour_weights(graph, mask, labels, i)
-            sigma_a = sigma[a] - ki
-            best, best_gain = a, w.get(a, 0.0) - ki * sigma_a / two_m
-            for c in sorted(w):
-                if c == a:
-                    continue
-                gain = w[c] - ki * sigma[c] / two_m
-                if gain > best_gain + _EPS:
-                    best, best_gain = c, gain
-            if best != a:
-                sigma[a] = sigma_a
-                sigma[best] += ki
-                members[a].discard(i)
-                members[best].add(i)
-                labels[i] = best
-                result.touched.update((a, best))
-                moves += 1
-        result.moved += moves
-        changed |= moves > 0
-        if moves == 0:
-            break
+    while queue and budget > 0:
+        budget -= 1
+        i = queue.popleft()
+        queued.discard(i)
+        a = int(labels[i])
+        ki = float(k[i])
+        w = _neighbour_weights(graph, mask, labels, i)
+        sigma_a = sigma[a] - ki
+        best, best_gain = a, w.get(a, 0.0) - ki * sigma_a / two_m
+        for c in sorted(w):
+            if c == a:
+                continue
+            gain = w[c] - ki * sigma[c] / two_m
+            if gain > best_gain + _EPS:
+                best, best_gain = c, gain
+        if best == a:
+            continue
+        sigma[a] = sigma_a
+        sigma[best] += ki
+        members[a].discard(i)
+        members[best].add(i)
+        labels[i] = best
+        result.touched.update((a, best))
+        result.moved += 1
+        changed = True
+        nbrs, _ = graph.neighbours(i)
+        for j in sorted(set(nbrs[mask[nbrs] & (labels[nbrs] != best)].tolist()) - queued):
+            queue.append(j)
+            queued.add(j)
     return changed
 
 

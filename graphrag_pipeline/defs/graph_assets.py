@@ -145,7 +145,9 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
     # one report partition per community of 2+ nodes, keyed by its id
     wanted = df.filter(pl.col("size") >= 2)["community_id"].to_list()
     existing = set(instance.get_dynamic_partitions(community_partitions.name))
-    new = [k for k in wanted if k not in existing]
+    # returning ids (their reports are stored) first, then the ones needing a report: those end up
+    # contiguous at the end of the partition order, one partition range, so one run writes them
+    new = sorted((k for k in wanted if k not in existing), key=lambda k: k not in written)
     gone = sorted(existing - set(wanted))
     if new:
         instance.add_dynamic_partitions(community_partitions.name, new)

@@ -8,7 +8,8 @@ what Leiden does, in miniature:
 
 1. local moving: each frontier node goes to the neighbouring community with the best modularity
    gain (nodes that join the graph start alone);
-   a node that moves puts its neighbours on the frontier (as in Dynamic Frontier Leiden);
+   a node that moves puts its neighbours on the frontier (as in Dynamic Frontier Leiden), each
+   allowed only to follow it into its new community;
 2. refinement: a community that gained or lost members and fell apart is split into its connected
    pieces (Leiden's guarantee that communities are connected);
 3. aggregation: a changed community joins a neighbouring community when merging the two raises
@@ -137,24 +138,26 @@ def _neighbour_weights(graph: CSRGraph, mask: np.ndarray, labels: np.ndarray, i:
 
 
 def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, max_passes) -> bool:
-    """Process the queue of frontier nodes; a node that moves puts its neighbours in the queue (the
-    frontier grows only where something actually changed). At most max_passes x the initial
-    frontier (and at least one visit of every node) are processed, so a cascade is bounded."""
+    """Process the queue of frontier nodes. A frontier node may move to any neighbouring community;
+    when it moves, its neighbours join the queue, each allowed to follow it into its new community
+    (the only move that node's change can cause). So nodes that merely sat in a slightly better
+    spot before the change stay put, and a cascade cannot spread through a graph with weak
+    structure. At most max_passes x the initial frontier (plus one visit of every node) are processed."""
     queue = deque(order)
-    queued = set(order)
+    allowed: dict[int, set[int] | None] = {i: None for i in order}  # None: any neighbouring community
     budget = max_passes * max(len(order), 1) + int(mask.sum())
     changed = False
     while queue and budget > 0:
         budget -= 1
         i = queue.popleft()
-        queued.discard(i)
+        targets = allowed.pop(i, None)
         a = int(labels[i])
         ki = float(k[i])
         w = _neighbour_weights(graph, mask, labels, i)
         sigma_a = sigma[a] - ki
         best, best_gain = a, w.get(a, 0.0) - ki * sigma_a / two_m
         for c in sorted(w):
-            if c == a:
+            if c == a or (targets is not None and c not in targets):
                 continue
             gain = w[c] - ki * sigma[c] / two_m
             if gain > best_gain + _EPS:
@@ -170,9 +173,13 @@ def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, 
         result.moved += 1
         changed = True
         nbrs, _ = graph.neighbours(i)
-        for j in sorted(set(nbrs[mask[nbrs] & (labels[nbrs] != best)].tolist()) - queued):
-            queue.append(j)
-            queued.add(j)
+        for j in sorted(set(nbrs[mask[nbrs] & (labels[nbrs] != best)].tolist())):
+            if j in allowed:
+                if allowed[j] is not None:
+                    allowed[j].add(best)
+            else:
+                allowed[j] = {best}
+                queue.append(j)
     return changed
 
 

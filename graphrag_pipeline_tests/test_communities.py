@@ -356,6 +356,20 @@ def test_community_state_round_trip_and_damage(tmp_path):
     # a second generation replaces the first; a damaged manifest means "no state" (cluster afresh)
     store.write_community_state(update_communities(*frames(g), back, max_cluster_size=50).state)
     files = sorted(p.name for p in (tmp_path / "graph").glob("communities-state.*.parquet"))
-    assert len(files) == 4 and all(".g2." in f for f in files)
+    assert len(files) == 5 and all(".g2." in f for f in files)
     (tmp_path / "graph" / "communities-state.manifest.json").write_text("{not json")
     assert store.read_community_state() is None
+
+
+def test_unchanged_communities_are_not_looked_at_again_and_a_new_hash_scheme_keeps_ids():
+    g = planted(groups=6)
+    nodes, edges = frames(g)
+    first = update_communities(nodes, edges, None, max_cluster_size=12)
+    g[sorted(g.edges)[3][0]][sorted(g.edges)[3][1]]["weight"] += 1
+    second = update_communities(*frames(g), first.state, max_cluster_size=12)
+    assert second.metrics["communities_unchanged"] >= first.communities.height - 10
+    # hashes from another polars version are not comparable: everything is looked at, ids stay
+    second.state.hash_scheme = "polars-0.0"
+    third = update_communities(*frames(g), second.state, max_cluster_size=12)
+    assert third.metrics["communities_unchanged"] == 0
+    assert ids_by_members(third.communities) == ids_by_members(second.communities)

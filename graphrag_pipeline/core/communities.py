@@ -58,7 +58,11 @@ COMMUNITY_SCHEMA = {
     "weight": pl.Float64,
     "fingerprint": pl.Utf8,  # hash of the current level, members, descriptions and internal edges
 }
-EDGE_STATE_SCHEMA = {"a": pl.Utf8, "b": pl.Utf8, "w": pl.Float64}
+EDGE_STATE_SCHEMA = {"a": pl.Utf8, "b": pl.Utf8, "w": pl.Float64, "c": pl.UInt64}  # c: hash of the description
+NODE_STATE_SCHEMA = {"key": pl.Utf8, "c": pl.UInt64}  # c: hash of name, type and description
+# change detection hashes (polars') are compared only with hashes of the same scheme; the report
+# bases use a stable hash of their own (blake2b), so a polars upgrade costs work, never reports
+HASH_SCHEME = f"polars-{pl.__version__}"
 BASIS_SCHEMA = {"community_id": pl.Utf8, "item": pl.UInt64, "content": pl.UInt64, "tokens": pl.Int64}
 HISTORY_SCHEMA = {"community_id": pl.Utf8, "level": pl.Int64, "members_hash": pl.Utf8, "last_generation": pl.Int64}
 STRUCTURE_SCHEMA = {"label": pl.Int64, "level": pl.Int64, "parent": pl.Int64, "nodes": pl.List(pl.Utf8)}
@@ -82,6 +86,8 @@ class CommunityState:
     generation: int
     settings: dict
     retired: set[str] = field(default_factory=set)  # ids never to be used again (their reports were deleted)
+    nodes: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NODE_STATE_SCHEMA))
+    hash_scheme: str = HASH_SCHEME
 
 
 @dataclass
@@ -111,6 +117,7 @@ class _Graph:
     src: np.ndarray
     dst: np.ndarray
     w: np.ndarray  # the clustered edges, src < dst by key order
+    c: np.ndarray  # hash of each clustered edge's description
 
     def edge_list(self) -> list[tuple[str, str, float]]:
         k = self.keys
@@ -118,7 +125,7 @@ class _Graph:
 
     def edge_frame(self) -> pl.DataFrame:
         keys = np.array(self.keys, dtype=object)
-        return pl.DataFrame({"a": keys[self.src].tolist(), "b": keys[self.dst].tolist(), "w": self.w},
+        return pl.DataFrame({"a": keys[self.src].tolist(), "b": keys[self.dst].tolist(), "w": self.w, "c": self.c},
                             schema=EDGE_STATE_SCHEMA)
 
 
@@ -128,6 +135,7 @@ def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) ->
             pl.min_horizontal("source_key", "target_key").alias("a"),
             pl.max_horizontal("source_key", "target_key").alias("b"),
             pl.when(pl.col("weight") > 0).then(pl.col("weight")).otherwise(1.0).cast(pl.Float64).alias("w"),
+            (pl.col("description").hash(7) if "description" in edges.columns else pl.lit(0, pl.UInt64)).alias("c"),
         )
         .filter(pl.col("a") != pl.col("b"))
         .unique(["a", "b"], keep="last", maintain_order=True)
@@ -137,6 +145,7 @@ def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) ->
     src = np.fromiter((index[x] for x in e["a"].to_list()), dtype=np.int64, count=e.height)
     dst = np.fromiter((index[x] for x in e["b"].to_list()), dtype=np.int64, count=e.height)
     w = e["w"].to_numpy().astype(np.float64)
+    c = e["c"].to_numpy().astype(np.uint64)
     n = len(keys)
     has_edge = np.zeros(n, dtype=bool)
     has_edge[src] = True
@@ -154,10 +163,15 @@ def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) ->
     else:
         mask = has_edge
     keep = mask[src] & mask[dst]
-    src, dst, w = src[keep], dst[keep], w[keep]
+    src, dst, w, c = src[keep], dst[keep], w[keep], c[keep]
     order = np.lexsort((dst, src))
-    src, dst, w = src[order], dst[order], w[order]
-    return _Graph(keys, CSRGraph.from_edges(n, src, dst, w), mask, src, dst, w)
+    src, dst, w, c = src[order], dst[order], w[order], c[order]
+    return _Graph(keys, CSRGraph.from_edges(n, src, dst, w), mask, src, dst, w, c)
+
+
+def _node_hashes(nodes: pl.DataFrame) -> pl.DataFrame:
+    cols = [c for c in ("name", "type", "description") if c in nodes.columns]
+    return nodes.select("key", pl.struct(cols).hash(7).alias("c")).cast(NODE_STATE_SCHEMA)
 
 
 def _graph_digest(g: _Graph, settings: dict) -> str:
@@ -200,6 +214,8 @@ class _Previous:
     children: dict[int, list[int]]
     members: dict[int, np.ndarray]  # members still present
     max_label: int
+    ids: dict[int, str] = field(default_factory=dict)
+    fingerprints: dict[int, str] = field(default_factory=dict)
 
 
 def _previous_hierarchy(table: pl.DataFrame, g: _Graph) -> _Previous:
@@ -216,29 +232,42 @@ def _previous_hierarchy(table: pl.DataFrame, g: _Graph) -> _Previous:
         if prev.parent[lab] is not None:
             prev.children[prev.parent[lab]].append(lab)
         prev.member_keys[lab] = frozenset(r["nodes"])
+        prev.ids[lab] = r["community_id"]
+        prev.fingerprints[lab] = r["fingerprint"]
         present = np.array(sorted(index[k] for k in r["nodes"] if k in index), dtype=np.int64)
         prev.members[lab] = present
         label_at[r["level"]][present] = lab
     return prev
 
 
-def _affected(g: _Graph, previous_edges: pl.DataFrame) -> np.ndarray:
-    """Nodes whose edges were added, removed or re-weighted, and nodes new to the clustering."""
-    now = g.edge_frame()
-    diff = now.join(previous_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old").filter(
-        pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9)
-    )
+def _changes(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState) -> tuple[np.ndarray, np.ndarray]:
+    """(moved, touched): `moved` are the nodes whose edges were added, removed or re-weighted and
+    the nodes new to the clustering (they start the frontier); `touched` adds the nodes whose own
+    text or whose edges' descriptions changed (their communities' content is looked at again)."""
     index = {k: i for i, k in enumerate(g.keys)}
-    out = np.zeros(len(g.keys), dtype=bool)
-    for k in diff["a"].to_list() + diff["b"].to_list():
-        i = index.get(k)
-        if i is not None:
-            out[i] = True
-    was = set(previous_edges["a"].to_list()) | set(previous_edges["b"].to_list())
-    for i in np.flatnonzero(g.mask):
-        if g.keys[i] not in was:
-            out[i] = True
-    return out & g.mask
+    n = len(g.keys)
+
+    def mark(keys: list[str]) -> np.ndarray:
+        out = np.zeros(n, dtype=bool)
+        hit = [index[k] for k in keys if k in index]
+        out[hit] = True
+        return out
+
+    prev_edges = previous.edges if "c" in previous.edges.columns else previous.edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
+    both = g.edge_frame().join(prev_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old")
+    structural = both.filter(pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9))
+    moved = mark(structural["a"].to_list() + structural["b"].to_list())
+    was = set(prev_edges["a"].to_list()) | set(prev_edges["b"].to_list())
+    moved |= g.mask & ~mark(list(was))
+    touched = moved.copy()
+    if previous.hash_scheme != HASH_SCHEME or previous.nodes.height == 0:
+        touched[:] = True
+    else:
+        text = both.filter(pl.col("c").is_null() | pl.col("c_old").is_null() | (pl.col("c") != pl.col("c_old")))
+        touched |= mark(text["a"].to_list() + text["b"].to_list())
+        nodes_now = node_hashes.join(previous.nodes, on="key", how="left", suffix="_old")
+        touched |= mark(nodes_now.filter(pl.col("c_old").is_null() | (pl.col("c") != pl.col("c_old")))["key"].to_list())
+    return moved & g.mask, touched & g.mask
 
 
 def _sub_edge_list(g: _Graph, members: np.ndarray) -> list[tuple[str, str, float]]:
@@ -351,22 +380,27 @@ class _Content:
     edge_item: dict[tuple[str, str], tuple[int, int, int]]
 
 
-def _content(nodes: pl.DataFrame, edges: pl.DataFrame) -> _Content:
-    cols = set(nodes.columns)
-    names = nodes["name"].to_list() if "name" in cols else nodes["key"].to_list()
-    types = nodes["type"].to_list() if "type" in cols else [""] * nodes.height
-    descs = nodes["description"].to_list()
+def _content(nodes: pl.DataFrame, edges: pl.DataFrame, keys: set[str], pairs: set[tuple[str, str]]) -> _Content:
+    """Descriptions and item hashes of the nodes `keys` and the edges `pairs` (a < b) only."""
+    wanted = pl.Series("k", sorted(keys), dtype=pl.Utf8).implode()
+    sub = nodes.filter(pl.col("key").is_in(wanted))
+    cols = set(sub.columns)
+    names = sub["name"].to_list() if "name" in cols else sub["key"].to_list()
+    types = sub["type"].to_list() if "type" in cols else [""] * sub.height
+    descs = sub["description"].to_list()
     node_item = {}
-    for key, name, etype, desc in zip(nodes["key"].to_list(), names, types, descs):
+    for key, name, etype, desc in zip(sub["key"].to_list(), names, types, descs):
         text = f"{name}\x00{etype}\x00{desc or ''}"
         node_item[key] = (_h64("n\x00" + key), _h64(text), len(text) // 4 + 1)
     edge_item = {}
-    if "description" in edges.columns:
-        for a, b, desc in zip(edges["source_key"].to_list(), edges["target_key"].to_list(), edges["description"].to_list()):
-            a, b = min(a, b), max(a, b)
+    if "description" in edges.columns and pairs:
+        e = edges.select(pl.min_horizontal("source_key", "target_key").alias("a"),
+                         pl.max_horizontal("source_key", "target_key").alias("b"), "description")
+        want = pl.DataFrame(sorted(pairs), schema={"a": pl.Utf8, "b": pl.Utf8}, orient="row")
+        for a, b, desc in e.join(want, on=["a", "b"], how="semi").iter_rows():
             text = desc or ""
             edge_item[(a, b)] = (_h64(f"e\x00{a}\x00{b}"), _h64(text), len(text) // 4 + 1)
-    return _Content(dict(zip(nodes["key"].to_list(), descs)), node_item, edge_item)
+    return _Content(dict(zip(sub["key"].to_list(), descs)), node_item, edge_item)
 
 
 def _internal_edges(g: _Graph, clusters: list[_Cluster]) -> dict[int, list[tuple[int, int, float]]]:
@@ -388,19 +422,31 @@ def _internal_edges(g: _Graph, clusters: list[_Cluster]) -> dict[int, list[tuple
     return out
 
 
-def _describe(g: _Graph, clusters: list[_Cluster], content: _Content) -> dict[int, dict]:
-    """Per cluster label: member keys, internal edges, fingerprint and (raw) weight."""
+def _describe(g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: pl.DataFrame,
+              clean: dict[int, str]) -> tuple[dict[int, dict], dict[int, list]]:
+    """Per cluster label: member keys, fingerprint and (raw) weight; and the content items of the
+    clusters not in `clean` (label -> fingerprint of an unchanged community, whose work is skipped)."""
     keys = g.keys
-    internal = _internal_edges(g, clusters)
     degree = np.diff(g.csr.indptr)
-    info = {}
+    dirty = [c for c in clusters if c.label not in clean]
+    internal = _internal_edges(g, dirty)
+    member_keys = {c.label: [keys[i] for i in c.members] for c in clusters}
+    edge_keys = {c.label: [(keys[a], keys[b], round(w, 6)) for a, b, w in internal[c.label]] for c in dirty}
+    content = _content(nodes, edges, {k for c in dirty for k in member_keys[c.label]},
+                       {(a, b) for c in dirty for a, b, _ in edge_keys[c.label]})
+    info, items = {}, {}
     for c in clusters:
-        members = [keys[i] for i in c.members]
-        edges = [(keys[a], keys[b], round(w, 6)) for a, b, w in internal[c.label]]
-        info[c.label] = {"members": members, "edges": edges,
-                         "fingerprint": _fingerprint(c.level, members, content.descriptions, edges),
-                         "weight": float(degree[c.members].sum())}
-    return info
+        members = member_keys[c.label]
+        weight = float(degree[c.members].sum())
+        if c.label in clean:
+            info[c.label] = {"members": members, "fingerprint": clean[c.label], "weight": weight}
+            continue
+        e = edge_keys[c.label]
+        info[c.label] = {"members": members, "weight": weight,
+                         "fingerprint": _fingerprint(c.level, members, content.descriptions, e)}
+        items[c.label] = ([content.node_item[k] for k in members if k in content.node_item]
+                          + [content.edge_item[(a, b)] for a, b, _ in e if (a, b) in content.edge_item])
+    return info, items
 
 
 def _table(clusters: list[_Cluster], info: dict[int, dict], ids: dict[int, str]) -> pl.DataFrame:
@@ -421,15 +467,6 @@ def _table(clusters: list[_Cluster], info: dict[int, dict], ids: dict[int, str])
             "weight": (w / max_w[c.level]) if max_w[c.level] > 0 else 0.0, "fingerprint": info[c.label]["fingerprint"],
         })
     return pl.DataFrame(rows, schema=COMMUNITY_SCHEMA).sort(["level", "weight", "community_id"], descending=[False, True, False])
-
-
-def _items(info: dict, content: _Content) -> dict[int, list[tuple[int, int, int]]]:
-    out = {}
-    for label, x in info.items():
-        items = [content.node_item[k] for k in x["members"] if k in content.node_item]
-        items += [content.edge_item[(a, b)] for a, b, _ in x["edges"] if (a, b) in content.edge_item]
-        out[label] = items
-    return out
 
 
 def changed_share(basis: list[tuple[int, int, int]], current: list[tuple[int, int, int]]) -> float:
@@ -459,13 +496,15 @@ def _assign_ids(clusters: list[_Cluster], info: dict, items: dict, previous: Com
         for cid, level, mh, gen in previous.history.select("community_id", "level", "members_hash", "last_generation").iter_rows():
             if cid not in retired:
                 candidates[(level, mh)].append((gen, cid))
-        wanted = {cid for c in clusters
+        wanted = {cid for c in clusters if c.label in items
                   for _, cid in candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])), [])}
         if wanted:
             for cid, item, cont, tok in previous.bases.filter(pl.col("community_id").is_in(list(wanted))).iter_rows():
                 bases[cid].append((item, cont, tok))
     ids: dict[int, str] = {}
     for c in clusters:
+        if c.label not in items:
+            continue  # unchanged: keeps its id
         fp_id = f"L{c.level}-{info[c.label]['fingerprint']}"
         found = candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])))
         if found:
@@ -528,7 +567,7 @@ def update_communities(
         return CommunityUpdate(state.table, f"graph has {nodes.height} nodes but no edges: no communities", state,
                                {"communities": 0, "reclustered": True, "recluster_reason": "no edges"})
     index = {k: i for i, k in enumerate(g.keys)}
-    content = _content(nodes, edges)
+    node_hashes = _node_hashes(nodes)
     edge_list = g.edge_list()
     digest = _graph_digest(g, settings)
     metrics: dict = {}
@@ -549,9 +588,10 @@ def update_communities(
             metrics["source"] = "memo (this graph was clustered before)"
     _, fresh_labels = gn.leiden(edge_list, seed=seed)
     fresh_quality = gn.modularity(edge_list, fresh_labels)
+    prev, touched = None, None
     if clusters is None and reason is None:
         prev = _previous_hierarchy(previous.table, g)
-        affected = _affected(g, previous.edges)
+        affected, touched = _changes(g, node_hashes, previous)
         clusters, stats = _update_hierarchy(g, prev, affected, max_cluster_size=max_cluster_size, seed=seed)
         metrics.update(stats, source="frontier update", affected_nodes=int(affected.sum()))
         kept_quality = _top_modularity(g, clusters)
@@ -559,17 +599,26 @@ def update_communities(
             reason = (f"modularity of the kept partition {kept_quality:.4f} < {quality_floor} x fresh Leiden's "
                       f"{fresh_quality:.4f}")
             metrics["modularity_before_recluster"] = round(kept_quality, 6)
-            clusters = None
+            clusters, prev = None, None
     if clusters is None:
         clusters, _ = _fresh_hierarchy(edge_list, index, max_cluster_size=max_cluster_size, seed=seed)
         metrics["source"] = "fresh Leiden"
     kept_quality = _top_modularity(g, clusters)
 
-    info = _describe(g, clusters, content)
-    items = _items(info, content)
+    # a community that kept its label, its members and the text of its members and edges keeps its
+    # id, fingerprint and basis without being looked at again
     retired = (previous.retired if previous else set()) | set(lost_ids or ())
+    clean = {}
+    if prev is not None:
+        for c in clusters:
+            if (prev.level.get(c.label) == c.level and not touched[c.members].any() and prev.ids[c.label] not in retired
+                    and prev.member_keys[c.label] == frozenset(g.keys[i] for i in c.members)):
+                clean[c.label] = prev.fingerprints[c.label]
+    info, items = _describe(g, clusters, nodes, edges, clean)
+    ids_clean = {label: prev.ids[label] for label in clean} if prev is not None else {}
     ids, id_stats = _assign_ids(clusters, info, items, previous, refresh_share, retired, generation)
-    df = _table(clusters, info, ids)
+    df = _table(clusters, info, {**ids, **ids_clean})
+    metrics["communities_unchanged"] = len(clean)
 
     prev_ids = set(previous.table["community_id"].to_list()) if previous else set()
     now_ids = df["community_id"].to_list()
@@ -585,7 +634,7 @@ def update_communities(
         "recluster_reason": reason or "",
         **id_stats,
     })
-    state = _next_state(previous, df, clusters, info, items, g, settings, generation, retired)
+    state = _next_state(previous, df, clusters, info, items, g, settings, generation, retired, node_hashes)
     per_level = df.group_by("level").len().sort("level")
     levels = ", ".join(f"level {lvl}: {n}" for lvl, n in per_level.iter_rows())
     message = f"{df.height} communities over {int(g.mask.sum())} nodes ({levels})"
@@ -602,7 +651,7 @@ def _top_modularity(g: _Graph, clusters: list[_Cluster]) -> float:
 
 
 def _next_state(previous: CommunityState | None, df: pl.DataFrame, clusters: list[_Cluster], info: dict, items: dict,
-                g: _Graph, settings: dict, generation: int, retired: set[str]) -> CommunityState:
+                g: _Graph, settings: dict, generation: int, retired: set[str], node_hashes: pl.DataFrame) -> CommunityState:
     id_of = dict(zip(df["cluster"].to_list(), df["community_id"].to_list()))
     old_bases = previous.bases if previous else pl.DataFrame(schema=BASIS_SCHEMA)
     known = set(old_bases["community_id"].unique().to_list())
@@ -611,7 +660,7 @@ def _next_state(previous: CommunityState | None, df: pl.DataFrame, clusters: lis
     for c in clusters:
         cid = id_of[c.label]
         history_rows.append((cid, c.level, _members_hash(c.level, info[c.label]["members"]), generation))
-        if cid not in known:
+        if cid not in known and c.label in items:
             fresh_rows.extend((cid, i, cont, tok) for i, cont, tok in items[c.label])
             known.add(cid)
     history = pl.DataFrame(history_rows, schema=HISTORY_SCHEMA, orient="row")
@@ -624,7 +673,7 @@ def _next_state(previous: CommunityState | None, df: pl.DataFrame, clusters: lis
     live = history["community_id"].implode()
     bases = pl.concat([old_bases.filter(pl.col("community_id").is_in(live)),
                        pl.DataFrame(fresh_rows, schema=BASIS_SCHEMA, orient="row")])
-    return CommunityState(df, g.edge_frame(), bases, history, generation, settings, retired)
+    return CommunityState(df, g.edge_frame(), bases, history, generation, settings, retired, node_hashes)
 
 
 def detect_communities(

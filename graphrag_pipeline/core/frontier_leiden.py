@@ -9,7 +9,8 @@ what Leiden does, in miniature:
 1. local moving: each frontier node goes to the neighbouring community with the best modularity
    gain (nodes that join the graph start alone);
    a node that moves puts its neighbours on the frontier (as in Dynamic Frontier Leiden), each
-   allowed only to follow it into its new community;
+   allowed only to follow it into its new community, and only when the neighbours' moves are what
+   makes that worthwhile;
 2. refinement: a community that gained or lost members and fell apart is split into its connected
    pieces (Leiden's guarantee that communities are connected);
 3. aggregation: a changed community joins a neighbouring community when merging the two raises
@@ -138,30 +139,43 @@ def _neighbour_weights(graph: CSRGraph, mask: np.ndarray, labels: np.ndarray, i:
 
 
 def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, max_passes) -> bool:
-    """Process the queue of frontier nodes. A frontier node may move to any neighbouring community;
-    when it moves, its neighbours join the queue, each allowed to follow it into its new community
-    (the only move that node's change can cause). So nodes that merely sat in a slightly better
-    spot before the change stay put, and a cascade cannot spread through a graph with weak
-    structure. At most max_passes x the initial frontier (plus one visit of every node) are processed."""
+    """Process the queue of frontier nodes. A frontier node may move to any neighbouring community.
+    When it moves, its neighbours join the queue as followers: a follower may only follow a moved
+    neighbour into its new community, and only if the moves of its neighbours are what makes that
+    worthwhile (with those neighbours back where they were, it would stay). So nodes that merely
+    sat in a slightly better spot before the change stay put, and a cascade cannot spread through a
+    graph with weak structure. At most max_passes x the initial frontier (plus one visit of every
+    node) are processed."""
     queue = deque(order)
-    allowed: dict[int, set[int] | None] = {i: None for i in order}  # None: any neighbouring community
+    free = set(order)  # frontier nodes: any neighbouring community
+    queued = set(order)
+    shifted: dict[int, dict[int, float]] = {}  # follower -> community -> weight its neighbours' moves added
     budget = max_passes * max(len(order), 1) + int(mask.sum())
     changed = False
     while queue and budget > 0:
         budget -= 1
         i = queue.popleft()
-        targets = allowed.pop(i, None)
+        queued.discard(i)
         a = int(labels[i])
         ki = float(k[i])
         w = _neighbour_weights(graph, mask, labels, i)
         sigma_a = sigma[a] - ki
-        best, best_gain = a, w.get(a, 0.0) - ki * sigma_a / two_m
+
+        def gain(c: int, weights: dict[int, float]) -> float:
+            return weights.get(c, 0.0) - ki * (sigma_a if c == a else sigma[c]) / two_m
+
+        best, best_gain = a, gain(a, w)
+        delta = shifted.get(i, {})
         for c in sorted(w):
-            if c == a or (targets is not None and c not in targets):
+            if c == a or (i not in free and delta.get(c, 0.0) <= 0.0):
                 continue
-            gain = w[c] - ki * sigma[c] / two_m
-            if gain > best_gain + _EPS:
-                best, best_gain = c, gain
+            g = gain(c, w)
+            if g > best_gain + _EPS:
+                best, best_gain = c, g
+        if best != a and i not in free:
+            before = {c: w.get(c, 0.0) - delta.get(c, 0.0) for c in set(w) | set(delta)}
+            if gain(best, before) > gain(a, before) + _EPS:
+                best = a  # it wanted that move before anything changed: not caused by the change
         if best == a:
             continue
         sigma[a] = sigma_a
@@ -172,14 +186,15 @@ def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, 
         result.touched.update((a, best))
         result.moved += 1
         changed = True
-        nbrs, _ = graph.neighbours(i)
-        for j in sorted(set(nbrs[mask[nbrs] & (labels[nbrs] != best)].tolist())):
-            if j in allowed:
-                if allowed[j] is not None:
-                    allowed[j].add(best)
-            else:
-                allowed[j] = {best}
+        nbrs, ws = graph.neighbours(i)
+        keep = mask[nbrs] & (nbrs != i)
+        for j, wj in zip(nbrs[keep].tolist(), ws[keep].tolist()):
+            d = shifted.setdefault(j, {})
+            d[best] = d.get(best, 0.0) + wj
+            d[a] = d.get(a, 0.0) - wj
+            if j not in queued and labels[j] != best:
                 queue.append(j)
+                queued.add(j)
     return changed
 
 

@@ -140,9 +140,10 @@ class Store:
     # as one bundle; communities.parquet, which the other stages read, is written after it.
     def write_community_state(self, state: CommunityState) -> None:
         bundle = ParquetBundle(self.paths.graph_dir, "communities-state")
-        bundle.write({"table": state.table, "edges": state.edges, "bases": state.bases, "history": state.history},
+        bundle.write({"table": state.table, "edges": state.edges, "bases": state.bases, "history": state.history,
+                      "nodes": state.nodes},
                      previous=bundle.manifest(), settings=state.settings, retired=sorted(state.retired),
-                     clustering_generation=state.generation)
+                     clustering_generation=state.generation, hash_scheme=state.hash_scheme)
         self.write_communities(state.table)
 
     def read_community_state(self) -> CommunityState | None:
@@ -157,6 +158,8 @@ class Store:
                 bases=bundle.read(manifest, "bases"), history=bundle.read(manifest, "history"),
                 generation=int(manifest["clustering_generation"]), settings=manifest.get("settings", {}),
                 retired=set(manifest.get("retired", [])),
+                nodes=bundle.read(manifest, "nodes") if "nodes" in manifest["tables"] else pl.DataFrame(),
+                hash_scheme=manifest.get("hash_scheme", ""),
             )
         except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
             return None

@@ -145,6 +145,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
     import dagster as dg
 
+    from .core.storage import read_json, write_json
     from .core.store import Store
     from .definitions import defs
     from .defs.corpus_sync import contiguous_batches, plan_sync, range_tags
@@ -159,13 +160,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     _say(f"graphrag-pipeline build: corpus {corpus}, method {method}, home {paths.home}")
 
     existing = instance.get_dynamic_partitions(documents_partitions.name)
-    plan = plan_sync(corpus, existing, Store(paths), method, previous=None)
+    corpus_cache = paths.state_dir / "corpus-files.json"
+    cached = read_json(corpus_cache, {}) if not args.recluster else {}
+    plan = plan_sync(corpus, existing, Store(paths), method, previous=None,
+                     cache=cached.get("files") if cached.get("corpus") == str(corpus) else None)
     for err in plan.errors.values():
         _say(f"  warning: cannot read {err}")
     if plan.to_add:
         instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
     for key in plan.to_delete:
         instance.delete_dynamic_partition(documents_partitions.name, key)
+    write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache)
     _say(f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
          f"{len(plan.stale)} to process")
 

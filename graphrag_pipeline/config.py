@@ -63,6 +63,11 @@ class Paths:
         return self.home / "reports"
 
     @property
+    def state_dir(self) -> Path:
+        """What the CLI remembers between builds (e.g. the corpus files it has hashed)."""
+        return self.home / "state"
+
+    @property
     def cache_db(self) -> Path:
         return self.home / "cache" / "cache.sqlite"
 

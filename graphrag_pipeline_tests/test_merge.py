@@ -305,3 +305,34 @@ def test_incremental_merge_equals_a_full_merge(tmp_path):
     healed = update_merged_graph(store, live)
     assert healed.full and healed.nodes.equals(full.nodes)
     assert pl.read_parquet(next((tmp_path / "graph").glob("mentions.nodes.*.parquet"))).height == full.nodes.height
+
+
+def test_chunk_table_follows_changed_documents_only(tmp_path):
+    import os
+
+    import polars as pl
+
+    from graphrag_pipeline.config import Paths
+    from graphrag_pipeline.core.mentions import all_chunks
+    from graphrag_pipeline.core.store import CHUNK_ROWS, Store
+
+    store = Store(Paths(tmp_path))
+
+    def write(doc: str, n: int, tag: str = "") -> None:
+        rows = [(f"{doc}-{i}{tag}", doc, f"{doc}.txt", i, f"text {i} of {doc}{tag}", 5) for i in range(n)]
+        store.write_chunks(doc, pl.DataFrame(rows, schema=CHUNK_ROWS, orient="row"), {})
+
+    docs = [f"d{i:03d}" for i in range(60)]
+    for i, d in enumerate(docs):
+        write(d, 1 + i % 3)
+    assert all_chunks(store, docs).equals(store.read_all_chunks(docs))
+    write("d010", 4, "-v2")
+    live = [d for d in docs if d != "d020"]
+    reads = []
+    original = store.read_all_chunks
+    store.read_all_chunks = lambda keys: reads.append(list(keys)) or original(keys)
+    out = all_chunks(store, live)
+    assert reads == [["d010"]]  # only the changed document's file was read
+    assert out.equals(original(live))
+    os.utime(store._doc_file("chunks", "d030", ".parquet"))  # a rewrite with the same content
+    assert all_chunks(store, live).equals(original(live))

@@ -121,3 +121,28 @@ def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instanc
     ev = inst.get_latest_materialization_event(dg.AssetKey("communities"))
     meta = {k: v.value for k, v in ev.asset_materialization.metadata.items()}
     assert meta["reclustered"] is True and "asked" in meta["recluster_reason"]
+
+
+def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch):
+    from graphrag_pipeline.config import Paths
+    from graphrag_pipeline.core.store import Store
+    from graphrag_pipeline.defs import corpus_sync
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    store = Store(Paths(home))
+    first = corpus_sync.plan_sync(corpus, sorted(p.name for p in corpus.iterdir()), store, "fast")
+    assert first.stale == [] and first.cache
+    calls = []
+    monkeypatch.setattr(corpus_sync, "stored_hash", lambda *a: calls.append(a) or None)
+    monkeypatch.setattr(corpus_sync, "file_hash", lambda p: calls.append(p) or "x")
+    again = corpus_sync.plan_sync(corpus, sorted(p.name for p in corpus.iterdir()), store, "fast", cache=first.cache)
+    assert again.stale == [] and calls == []  # nothing hashed or read again
+    doc = corpus / "darwin_and_wallace.txt"
+    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nMore.\n", encoding="utf-8")
+    edited = corpus_sync.plan_sync(corpus, sorted(p.name for p in corpus.iterdir()), store, "fast", cache=first.cache)
+    assert edited.stale == ["darwin_and_wallace.txt"]
+    # another method: what the stored outputs say no longer counts
+    other = corpus_sync.plan_sync(corpus, sorted(p.name for p in corpus.iterdir()), store, "light", cache=first.cache)
+    assert len(other.stale) == len(other.states)

@@ -175,9 +175,14 @@ def _node_hashes(nodes: pl.DataFrame) -> pl.DataFrame:
 
 
 def _graph_digest(g: _Graph, settings: dict) -> str:
+    """A hash of the clustered graph (node keys, edges, weights to 6 decimals) and the settings."""
     h = hashlib.sha256(repr(sorted(settings.items())).encode())
-    for a, b, w in g.edge_list():
-        h.update(f"{a}\x00{b}\x00{round(w, 6)}\x01".encode())
+    clustered = np.flatnonzero(g.mask)
+    h.update("\x00".join(g.keys[i] for i in clustered).encode())
+    position = np.cumsum(g.mask) - 1  # edges as positions among the clustered keys
+    h.update(position[g.src].astype(np.int64).tobytes())
+    h.update(position[g.dst].astype(np.int64).tobytes())
+    h.update(np.round(g.w, 6).tobytes())
     return h.hexdigest()[:24]
 
 

@@ -552,9 +552,12 @@ def publish_index(
         old_counts = _table_counts(con)
         plans, n_affected = _compare(con, rows, edges, old_counts)
         lap("compare")
-        touched = sum(p.stats.touched for p in plans.values())
-        moved = sum(p.stats.inserted + p.stats.deleted for p in plans.values())
-        total = max(1, sum(old_counts.values()))
+        # rows with vectors decide (they are what a full build costs and what deleted rows leave
+        # behind in the file); a row of the small vectorless tables (n-hop paths, type pool) counts a tenth
+        share = {t: (1.0 if t in VECTOR_TABLES else 0.1) for t in plans}
+        touched = int(sum(share[t] * p.stats.touched for t, p in plans.items()))
+        moved = int(sum(share[t] * (p.stats.inserted + p.stats.deleted) for t, p in plans.items()))
+        total = max(1, int(sum(share.get(t, 1.0) * n for t, n in old_counts.items())))
         since_full = int(prev.get("rows_rewritten_since_full") or 0)
         say(f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
             f"({n_affected} entities with possibly new n-hop paths)")

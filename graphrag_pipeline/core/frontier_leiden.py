@@ -13,8 +13,9 @@ what Leiden does, in miniature:
    makes that worthwhile;
 2. refinement: a community that gained or lost members and fell apart is split into its connected
    pieces (Leiden's guarantee that communities are connected);
-3. aggregation: a changed community joins a neighbouring community when merging the two raises
-   modularity (this is how the new nodes of a new topic end up together, not in fragments).
+3. aggregation: a community created by the update (new nodes, a piece of a split) joins a
+   neighbouring community when merging the two raises modularity (this is how the new nodes of a
+   new topic end up together, not in fragments); two communities that existed before never merge.
 
 Modularity gains use the standard formulas (resolution 1): moving node i from A to B gains
 k_iB - k_iA - K_i (S_B - S_A + K_i) / 2m, merging A and B gains e_AB - S_A S_B / 2m (both
@@ -96,6 +97,7 @@ def frontier_update(
     kept, new communities get labels from `next_label` upwards.
     """
     labels = np.where(mask, labels, -1).astype(np.int64)
+    first_new = next_label  # communities from here on are created by this update
     movable = frontier & mask
     new_nodes = np.flatnonzero(mask & (labels < 0))
     touched: set[int] = set()
@@ -120,7 +122,7 @@ def frontier_update(
     for _ in range(max_rounds):
         changed = _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, max_passes)
         changed |= _split_disconnected(graph, mask, labels, members, result)
-        changed |= _merge_communities(graph, mask, labels, k, two_m, sigma, members, result)
+        changed |= _merge_communities(graph, mask, labels, k, two_m, sigma, members, result, first_new)
         if not changed:
             break
     result.labels = labels
@@ -245,8 +247,10 @@ def _components(graph, mask, labels, nodes: set[int], c: int) -> list[set[int]]:
     return pieces
 
 
-def _merge_communities(graph, mask, labels, k, two_m, sigma, members, result) -> bool:
-    """Merge touched communities into a neighbouring community while that raises modularity."""
+def _merge_communities(graph, mask, labels, k, two_m, sigma, members, result, first_new: int) -> bool:
+    """Merge communities created by this update (new nodes, pieces of a split) into a neighbouring
+    community while that raises modularity. Two communities that existed before are never merged
+    here: that would re-shape both (and everything below them) for the sake of a small change."""
     for c in list(members):  # refresh sums after splits
         nodes = members[c]
         if not nodes:
@@ -255,7 +259,7 @@ def _merge_communities(graph, mask, labels, k, two_m, sigma, members, result) ->
             continue
         sigma[c] = float(sum(k[i] for i in nodes))
     changed = False
-    queue = sorted(c for c in result.touched if c in members)
+    queue = sorted(c for c in result.touched if c in members and c >= first_new)
     pending = set(queue)
     while queue:
         a = queue.pop(0)
@@ -284,7 +288,7 @@ def _merge_communities(graph, mask, labels, k, two_m, sigma, members, result) ->
         result.touched.update((keep, gone))
         result.merges += 1
         changed = True
-        if keep not in pending:
+        if keep not in pending and keep >= first_new:
             queue.append(keep)
             pending.add(keep)
     return changed

@@ -9,7 +9,6 @@ edges: source_key < target_key (undirected, unique pair), source, target (displa
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import polars as pl
 from scipy.sparse import csr_matrix
@@ -48,16 +47,6 @@ def empty_nodes() -> pl.DataFrame:
 
 def empty_edges() -> pl.DataFrame:
     return pl.DataFrame(schema=EDGE_SCHEMA)
-
-
-def to_networkx(nodes: pl.DataFrame, edges: pl.DataFrame) -> nx.Graph:
-    """An undirected weighted networkx graph keyed by node key (attributes kept minimal)."""
-    g = nx.Graph()
-    g.add_nodes_from(nodes["key"].to_list())
-    g.add_weighted_edges_from(
-        zip(edges["source_key"].to_list(), edges["target_key"].to_list(), edges["weight"].to_list())
-    )
-    return g
 
 
 def pagerank(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, *, alpha: float = 0.85,

@@ -228,7 +228,8 @@ def _report_rows(reports: list[CommunityReport], communities: pl.DataFrame, node
         "extractive": [r.extractive for r in reports], "text": [r.text() for r in reports],
     }, schema={k: REPORT_SCHEMA[k] for k in ("community_id", "level", "title", "summary", "rating", "rating_explanation",
                                               "findings", "extractive", "text")})
-    comm = communities.select("community_id", pl.col("nodes").alias("entity_keys"), pl.col("weight").cast(pl.Float64))
+    comm = communities.select("community_id", pl.col("nodes").alias("entity_keys"),
+                              pl.col("weight").cast(pl.Float64).round_sig_figs(3))
     comm = comm.unique("community_id", keep="first", maintain_order=True)
     out = base.with_row_index("_i").join(comm, on="community_id", how="left", maintain_order="left")
     names = nodes.select("key", "name").unique("key", keep="last")
@@ -259,8 +260,11 @@ def build_index_rows(
         communities.select("community_id", pl.col("nodes").alias("key")).explode("key").drop_nulls("key")
         .group_by("key", maintain_order=True).agg(pl.col("community_id").alias("community_ids"))
     )
+    # PageRank and community weights to 3 significant digits: every change of the graph moves them
+    # a little everywhere, and a record rewritten (in Elasticsearch too) for a shift in the fifth digit
+    # would make every update cost in proportion to the corpus; rankings keep their order
     entities = (
-        nodes.select("key", "name", "type", "description", "pagerank", "degree", "source_ids", "doc_ids")
+        nodes.select("key", "name", "type", "description", pl.col("pagerank").round_sig_figs(3), "degree", "source_ids", "doc_ids")
         .join(membership, on="key", how="left", maintain_order="left")
         .with_columns(pl.col("community_ids").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))))
     )

@@ -136,3 +136,46 @@ def _scan(bundle: ParquetBundle, manifest: dict, shards: dict[str, pl.DataFrame]
 def _result(nodes, edges, merge_dropped: int, sources, changed, removed, affected, full) -> MergedGraph:
     dropped = int(merge_dropped) + int(sources["dropped"].sum() or 0)
     return MergedGraph(with_metrics(nodes, edges), edges, dropped, changed, removed, affected, full)
+
+
+# -- the chunks of every document, for the search index ----------------------------------------
+CHUNK_SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8}
+
+
+def all_chunks(store, keys: list[str]) -> pl.DataFrame:
+    """The chunk rows of documents `keys` in document order, kept in shards like the mentions: only
+    the chunk files of documents that changed since the last call are read."""
+    bundle = ParquetBundle(store.paths.graph_dir, "chunks")
+    manifest = bundle.manifest()
+    signatures = store.signatures("chunks", keys, (".parquet",))
+    shards: dict[str, pl.DataFrame] = {}
+    try:
+        if manifest is None or "sources" not in manifest["tables"]:
+            raise KeyError("no chunk shards yet")
+        sources = bundle.read(manifest, "sources")
+        before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+        changed = [k for k in keys if before.get(k) != signatures[k]]
+        gone = pl.Series("d", changed + sorted(set(before) - set(keys)), dtype=pl.Utf8).implode()
+        fresh = _with_shard(store.read_all_chunks(changed)) if changed else None
+        for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
+            name = f"chunks-{i:02d}"
+            old = bundle.read(manifest, name)
+            add = [fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)] if fresh is not None else []
+            shards[name] = pl.concat([old.filter(~pl.col("doc_id").is_in(gone)), *add])
+        if shards:
+            bundle.write({**shards, "sources": _chunk_sources(keys, signatures)}, previous=manifest)
+        frames = [shards[n] if n in shards else bundle.read(manifest, n) for n in sorted(manifest["tables"])
+                  if n.startswith("chunks-")]
+        rows = pl.concat(frames, how="vertical_relaxed")
+    except (OSError, KeyError, pl.exceptions.PolarsError):
+        rows = _with_shard(store.scan_all_chunks(keys))
+        tables = {f"chunks-{i:02d}": rows.filter(pl.col("_shard") == i).drop("_shard") for i in range(SHARDS)}
+        bundle.write({**tables, "sources": _chunk_sources(keys, signatures)}, previous=manifest,
+                     drop=set((manifest or {}).get("tables", {})))
+        rows = rows.drop("_shard")
+    order = pl.DataFrame({"doc_id": keys, "_order": range(len(keys))}, schema={"doc_id": pl.Utf8, "_order": pl.Int64})
+    return rows.join(order, on="doc_id", how="inner").sort("_order", "position").drop("_order")
+
+
+def _chunk_sources(keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame({"doc_id": keys, "signature": [signatures[k] for k in keys]}, schema=CHUNK_SOURCES_SCHEMA)

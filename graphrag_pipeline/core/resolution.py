@@ -19,7 +19,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 import polars as pl
 from rapidfuzz import process
@@ -307,9 +306,23 @@ def _edge_degree(edges: pl.DataFrame) -> dict[str, int]:
 def _merge_groups(nodes: pl.DataFrame, pairs: list[tuple[str, str]]) -> list[list[str]]:
     """Connected components (of 2+ existing node keys) of the merge pairs."""
     known = set(nodes["key"].to_list())
-    g = nx.Graph()
-    g.add_edges_from((a, b) for a, b in pairs if a in known and b in known)
-    return sorted(sorted(c) for c in nx.connected_components(g) if len(c) > 1)
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        if a in known and b in known:
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for x in parent:
+        groups[root(x)].append(x)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
 def _merge_node_rows(ranked: list[dict]) -> dict:

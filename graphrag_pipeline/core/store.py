@@ -6,6 +6,7 @@ working on different documents never share a file. Whole-graph outputs have a si
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import duckdb
@@ -64,19 +65,24 @@ class Store:
         rels = self._read_many([self._doc_file("doc_subgraph", k, ".relations.parquet") for k in keys], RELATION_ROWS)
         return ents, rels
 
-    def subgraph_signatures(self, keys: list[str]) -> dict[str, str]:
-        """Per document, a signature of its subgraph files (size and modification time): a rewrite changes it."""
+    def signatures(self, asset: str, keys: list[str], suffixes: tuple[str, ...]) -> dict[str, str]:
+        """Per document, a signature of its output files of `asset` (size and modification time): a
+        rewrite changes it."""
+        folder = self.paths.doc_dir(asset)
         out = {}
         for key in keys:
             parts = []
-            for suffix in (".entities.parquet", ".relations.parquet"):
+            for suffix in suffixes:
                 try:
-                    st = self._doc_file("doc_subgraph", key, suffix).stat()
+                    st = os.stat(folder / f"{key}{suffix}")
                     parts.append(f"{st.st_size}:{st.st_mtime_ns}")
                 except FileNotFoundError:
                     parts.append("missing")
             out[key] = "/".join(parts)
         return out
+
+    def subgraph_signatures(self, keys: list[str]) -> dict[str, str]:
+        return self.signatures("doc_subgraph", keys, (".entities.parquet", ".relations.parquet"))
 
     def read_all_chunks(self, keys: list[str]) -> pl.DataFrame:
         return self._read_many([self._doc_file("chunks", k, ".parquet") for k in keys], CHUNK_ROWS)

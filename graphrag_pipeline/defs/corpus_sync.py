@@ -37,6 +37,7 @@ class SyncPlan:
     stale: list[str]
     order: list[str]  # partition keys in the order Dagster holds them, after adds and deletes
     errors: dict[str, str] = field(default_factory=dict)
+    cache: dict[str, list] = field(default_factory=dict)  # see plan_sync's `cache`
 
     @property
     def changed(self) -> bool:
@@ -104,18 +105,35 @@ def plan_sync(
     store: Store,
     method: str,
     previous: Mapping[str, list] | None = None,
+    cache: Mapping[str, list] | None = None,
 ) -> SyncPlan:
-    """previous: key -> [hash, size, mtime_ns] as seen last time (the sensor's cursor), or None."""
-    files, states, errors = scan_states(corpus, previous)
+    """previous: key -> [hash, size, mtime_ns] as seen last time (the sensor's cursor), or None:
+    then a document is stale when its content differs from what its stored outputs say they
+    processed. `cache` (the plan's `cache` from the last call) spares work on unchanged documents:
+    a file with the same size and mtime keeps its hash, and stored outputs whose files have the same
+    size and mtime keep what they said; the result is the same as without it."""
+    cache = cache or {}
+    known = previous or {k: v[:3] for k, v in cache.items()}
+    files, states, errors = scan_states(corpus, known)
     existing_set = set(existing)
     to_add = [k for k in files if k not in existing_set and k in states]
     to_delete = [k for k in existing if k not in files]
     stale = []
+    new_cache: dict[str, list] = {}
+    unseen = [k for k in states if not (previous or {}).get(k)]  # judged by their stored outputs
+    outputs = store.signatures("chunks", unseen, (".json",))
+    subgraphs = store.signatures("doc_subgraph", unseen, (".json",))
     for key, state in states.items():
         prev = (previous or {}).get(key)
-        before = prev[0] if prev else stored_hash(store, key, method)
+        if prev:
+            before = prev[0]
+        else:
+            sig = f"{outputs[key]}|{subgraphs[key]}|{method}"
+            entry = cache.get(key)
+            before = entry[4] if entry and len(entry) == 5 and entry[3] == sig else stored_hash(store, key, method)
+            new_cache[key] = [*state.to_list(), sig, before]
         if before != state.hash:
             stale.append(key)
     deleted = set(to_delete)
     order = [k for k in existing if k not in deleted] + to_add
-    return SyncPlan(files, states, to_add, to_delete, stale, order, errors)
+    return SyncPlan(files, states, to_add, to_delete, stale, order, errors, new_cache)

@@ -11,6 +11,7 @@ from ..core.duckdb_index import IncompleteIndexError, missing_reports_completene
 from ..core.embedding import EndpointEmbedder, HashingEmbedder
 from ..core.es_index import EsConfig, EsIndexError, sync_index
 from ..core.index_records import collect_reports
+from ..core.mentions import all_chunks
 from .document_assets import chunks
 from .graph_assets import EAGER, communities, community_reports, resolved_graph
 from .metadata import md_table
@@ -73,7 +74,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         raise _incomplete(f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
                           f"(first: {', '.join(missing[:5])})", verdict)
     doc_keys = context.instance.get_dynamic_partitions(documents_partitions.name)
-    chunk_df = store.scan_all_chunks(doc_keys)
+    chunk_df = all_chunks(store, doc_keys)
     client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
     if llm.embedding_model != "hashing" and client is None:
         raise dg.Failure(f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL")

@@ -33,6 +33,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _EPS = 1e-12
+# a follower moves only when its neighbours' moves make the new community better by more than this
+# share of its edge weight: nodes on the fence (common in weakly structured graphs) stay put instead
+# of flipping, and with them the communities below (10k generated documents, modularity 0.28: the
+# first update changed 206 communities without the margin, 60 with it; kept modularity >= fresh)
+FOLLOW_MARGIN = 0.1
 
 
 @dataclass
@@ -144,7 +149,8 @@ def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, 
     """Process the queue of frontier nodes. A frontier node may move to any neighbouring community.
     When it moves, its neighbours join the queue as followers: a follower may only follow a moved
     neighbour into its new community, and only if the moves of its neighbours are what makes that
-    worthwhile (with those neighbours back where they were, it would stay). So nodes that merely
+    worthwhile (with those neighbours back where they were, it would stay) by a clear margin
+    (FOLLOW_MARGIN of its edge weight). So nodes that merely
     sat in a slightly better spot before the change stay put, and a cascade cannot spread through a
     graph with weak structure. At most max_passes x the initial frontier (plus one visit of every
     node) are processed."""
@@ -176,7 +182,8 @@ def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, 
                 best, best_gain = c, g
         if best != a and i not in free:
             before = {c: w.get(c, 0.0) - delta.get(c, 0.0) for c in set(w) | set(delta)}
-            if gain(best, before) > gain(a, before) + _EPS:
+            margin = FOLLOW_MARGIN * sum(w.values())
+            if gain(best, before) > gain(a, before) + _EPS or best_gain - gain(a, w) <= margin:
                 best = a  # it wanted that move before anything changed: not caused by the change
         if best == a:
             continue

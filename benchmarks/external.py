@@ -35,11 +35,9 @@ def _log(msg: str) -> None:
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from graphrag_pipeline.core.storage import file_sha256
+
+    return file_sha256(path)
 
 
 # -- linux-doc-6.1 ----------------------------------------------------------------------------

@@ -6,11 +6,13 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
 
 from .config import METHODS, PROJECT_ROOT, Paths, default_home
+from .core import interrupts
 
 DOWNSTREAM = ["knowledge_graph", "resolved_graph", "communities", "search_index"]
 
@@ -27,6 +29,12 @@ def _prepare_environment(args: argparse.Namespace) -> Paths:
     if getattr(args, "method", None):
         os.environ["GRAPHRAG_METHOD"] = args.method
     paths = Paths(home).ensure()
+    prepare_dagster_home(paths)
+    return paths
+
+
+def prepare_dagster_home(paths: Paths) -> None:
+    """$GRAPHRAG_HOME/dagster with the project's dagster.yaml, as DAGSTER_HOME of this process."""
     dagster_home = paths.dagster_home
     dagster_home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
@@ -36,7 +44,6 @@ def _prepare_environment(args: argparse.Namespace) -> Paths:
         shutil.copyfile(source, target)
     elif not target.exists():
         target.write_text("telemetry:\n  enabled: false\n")
-    return paths
 
 
 def _say(msg: str) -> None:
@@ -44,9 +51,19 @@ def _say(msg: str) -> None:
 
 
 # -- build ----------------------------------------------------------------------------------------
+EXIT_BUSY = 75  # EX_TEMPFAIL: another build holds the home
+
+
+class EndpointDown(Exception):
+    """The LLM endpoint stopped answering (its circuit breaker opened): the build stops there."""
+
+
 def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
-    """Run a job in this process; False when any step or any asset check failed."""
+    """Run a job in this process; False when any step or any asset check failed. A stop asked for
+    during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
     import dagster as dg
+
+    from .defs.instance_ops import cli_run_tags
 
     job = defs.resolve_job_def(name)
     run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -54,10 +71,20 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         run_config["ops"] = ops
     result = job.execute_in_process(
         instance=instance,
-        tags=tags or {},
+        tags={**(tags or {}), **cli_run_tags()},
         raise_on_error=False,
         run_config=run_config,
     )
+    signo = interrupts.requested()
+    if signo:
+        from .core.llm import cancel_all_clients
+
+        cancel_all_clients()
+        run = instance.get_run_by_id(result.run_id)
+        if run is not None:
+            instance.report_run_canceled(run, message=f"Stopped by {signal.Signals(signo).name}.")
+            instance.event_log_storage.free_concurrency_slots_for_run(result.run_id)
+        raise interrupts.Stop(signo)
     ok = result.success
     events = result.get_asset_materialization_events()
     causes: dict[str, str] = {}
@@ -76,6 +103,9 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         err = step.event_specific_data.error
         message = causes.get(step.step_key) or (err.message.strip() if err else "unknown error")
         _say(f"  FAILED {step.step_key}: {message}")
+        failure = getattr(step.event_specific_data, "user_failure_data", None)
+        if failure is not None and (failure.metadata or {}).get("endpoint_down"):
+            raise EndpointDown(message)
     passed = []
     for ev in result.all_events:
         if ev.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
@@ -141,31 +171,109 @@ def _elasticsearch_stale(paths: Paths) -> bool:
         return True
 
 
+def _settings_problems() -> list[str]:
+    from .core.settings_check import check_settings
+
+    return check_settings(os.environ)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
+    problems = _settings_problems()
+    if problems:
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    from .core.home import BuildLock, HomeBusy
+
+    lock = BuildLock(paths.home)
+    try:
+        lock.acquire(wait=args.wait, on_wait=lambda h: _say(f"waiting for the build running on this home "
+                                                            f"(pid {h.get('pid')}) to finish ..."))
+    except HomeBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BUSY
+    try:
+        interrupts.install()
+        return _build(args, paths)
+    except interrupts.Stop as exc:
+        from .core.llm import cancel_all_clients
+
+        cancel_all_clients()
+        print(f"build stopped by {exc}: what was finished is stored and the published index is unchanged or complete; "
+              "run `graphrag-pipeline build` again to continue", file=sys.stderr, flush=True)
+        return 128 + exc.signo
+    except EndpointDown:
+        print("build stopped: the LLM endpoint is not answering (see above). What was finished is stored; the "
+              "published index is unchanged. Run `graphrag-pipeline build` again when the endpoint works: it "
+              "continues with what is left.", file=sys.stderr, flush=True)
+        return 1
+    except OSError as exc:
+        from .core.storage import describe_os_error
+
+        print(f"error: {describe_os_error(exc, getattr(exc, 'filename', None) or paths.home)}", file=sys.stderr)
+        return 1
+    finally:
+        interrupts.uninstall()
+        lock.release()
+
+
+def _build(args: argparse.Namespace, paths: Paths) -> int:
     import dagster as dg
 
-    from .core.storage import read_json, write_json
+    from .config import default_corpus, default_method
+    from .core.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
+    from .core.storage import clean_temp_files, read_json, write_json
     from .core.store import Store
+    from .core.verify import downstream_problems
     from .definitions import defs
     from .defs.corpus_sync import contiguous_batches, plan_sync, range_tags
+    from .defs.instance_ops import recover_dead_runs, wait_for_pool
     from .defs.partitions import community_partitions, documents_partitions
     from .defs.resources import apply_env_defaults
 
-    apply_env_defaults()
-    method = os.environ["GRAPHRAG_METHOD"]
-    corpus = Path(os.environ["GRAPHRAG_CORPUS"])
+    from .core.llm import forget_endpoint_health
+
+    forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
+    for leftover in clean_temp_files(paths.home):
+        _say(f"removed a temporary file left by an interrupted build: {leftover}")
+    record = read_home_record(paths.home)
+    try:
+        chosen = reconcile_settings(record, Path(os.environ.get("GRAPHRAG_CORPUS") or default_corpus()), bool(args.corpus),
+                                    args.method or default_method(), bool(args.method),
+                                    switch_corpus=args.switch_corpus, switch_method=args.switch_method)
+    except SettingsConflict as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    corpus, method = chosen.corpus, chosen.method
+    if not corpus.is_dir():
+        print(f"error: corpus directory not found: {corpus}", file=sys.stderr)
+        return 2
+    os.environ["GRAPHRAG_CORPUS"], os.environ["GRAPHRAG_METHOD"] = str(corpus), method
+    apply_env_defaults()
     instance = dg.DagsterInstance.get()
     _say(f"graphrag-pipeline build: corpus {corpus}, method {method}, home {paths.home}")
+    for note in chosen.notes:
+        _say(f"note: {note}")
+    for message in recover_dead_runs(instance):
+        _say(f"recovered: {message}")
 
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     corpus_cache = paths.state_dir / "corpus-files.json"
-    cached = read_json(corpus_cache, {}) if not args.recluster else {}
-    plan = plan_sync(corpus, existing, Store(paths), method, previous=None,
+    cached = read_json(corpus_cache, {}) if not (args.recluster or args.switch_method) else {}
+    store = Store(paths)
+    plan = plan_sync(corpus, existing, store, method, previous=None,
                      cache=cached.get("files") if cached.get("corpus") == str(corpus) else None)
     for err in plan.errors.values():
         _say(f"  warning: cannot read {err}")
+    if not plan.states and existing and not args.allow_empty:
+        print(f"error: the corpus {corpus} has no documents; building would remove all {len(existing)} documents of "
+              "this knowledge base. Check the path (an unmounted drive?), or pass --allow-empty to empty it.",
+              file=sys.stderr)
+        return 2
+    model = os.environ.get("GRAPHRAG_LLM_MODEL") if method != "fast" else None
+    write_home_record(paths.home, str(corpus), method, model)
     if plan.to_add:
         instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
     for key in plan.to_delete:
@@ -177,13 +285,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     ok = True
     batches = plan.batches(args.batch_size)
     recluster = {"communities": {"config": {"full_recluster": True}}} if args.recluster else None
-    downstream = plan.changed or args.recluster or _downstream_stale(instance)
+    repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
+    for problem in repairs:
+        _say(f"repairing: {problem}")
+    downstream = plan.changed or args.recluster or bool(repairs) or _downstream_stale(instance)
     graph_done = False
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)
         job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
         _say(f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}" + (f" .. {batch[-1]}" if len(batch) > 1 else "")
              + (" (then merge, resolve, cluster)" if last else ""))
+        wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
         success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None)
         ok &= success
         graph_done = last and success
@@ -200,12 +312,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
-            store = Store(paths)
             todo = [k for k in all_keys if k not in done or not store.has_report(k)]
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
             _say(f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write, then publish the index")
             for i, batch in enumerate(report_batches, 1):
                 job = "publish_job" if i == len(report_batches) else "reports_job"
+                wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
                 success, events = _run_job(defs, instance, job, range_tags(batch))
                 ok &= success
                 _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("reports", "llm_calls", "entities", "relations",
@@ -226,12 +338,20 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 # -- stats / query / export -----------------------------------------------------------------------
+def _reading_paths(args: argparse.Namespace) -> Paths:
+    """The home to read, for `stats` and `query`: nothing is created, copied or opened for writing
+    (they work on a read-only home); only this process's environment is set."""
+    home = Path(args.home).expanduser().resolve() if getattr(args, "home", None) else default_home()
+    os.environ["GRAPHRAG_HOME"] = str(home)
+    return Paths(home)
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
-    paths = _prepare_environment(args)
-    from .core.usage import UsageLedger
+    paths = _reading_paths(args)
+    from .core.usage import read_usage_totals
     from .query import IndexNotFoundError, open_index
 
-    stats = {"documents": 0, "chunks": 0, "entities": 0, "relations": 0, "communities": 0, "community_reports": 0}
+    stats: dict = {"documents": 0, "chunks": 0, "entities": 0, "relations": 0, "communities": 0, "community_reports": 0}
     try:
         with open_index(paths.home) as index:
             counts = index.counts()
@@ -243,7 +363,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except IndexNotFoundError as exc:
         if not args.json:
             _say(str(exc))
-    stats["llm"] = UsageLedger(paths.cache_db).totals().to_dict()
+    try:
+        stats["llm"] = read_usage_totals(paths.cache_db).to_dict()
+    except Exception as exc:  # noqa: BLE001 - a damaged or unreadable ledger never fails stats
+        stats["llm"] = f"unavailable ({paths.cache_db}: {exc})"
     if args.json:
         print(json.dumps(stats))
     else:
@@ -253,12 +376,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    paths = _prepare_environment(args)
-    from .core.cache import KVCache
+    paths = _reading_paths(args)
+    from .core.cache import open_read_only
     from .core.llm import LLMClient, LLMError
     from .query import IndexNotFoundError, SearchParams, open_index, query
 
-    client = LLMClient.from_env(KVCache(paths.cache_db, "llm"))
+    try:
+        client = LLMClient.from_env()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if client is not None:
+        # answers cached by builds are used when the cache can be read; nothing is written to it
+        client.cache, problem = open_read_only(paths.cache_db, "llm")
+        if problem:
+            print(f"warning: the LLM cache cannot be read ({problem}); querying without it", file=sys.stderr)
     if args.answer and client is None:
         print("note: no LLM endpoint is set (OPENAI_API_KEY / OPENAI_BASE_URL), so no answer is generated; "
               "the retrieved context is shown instead", file=sys.stderr)
@@ -301,8 +433,44 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every file of the home (read-only); exit 1 and list the problems when there are any."""
+    from .core.home import read_home_record
+    from .core.store import Store
+    from .core.verify import verify_home
+
+    home = Path(args.home).expanduser().resolve() if args.home else default_home()
+    if not home.is_dir():
+        print(f"error: no home at {home}", file=sys.stderr)
+        return 2
+    paths = Paths(home)
+    store = Store.__new__(Store)  # a reader: do not create folders in the home
+    store.paths = paths
+    record = read_home_record(home)
+    doc_keys = sorted(p.name[: -len(".json")] for p in paths.doc_dir("chunks").glob("*.json") if not p.name.startswith("."))
+    try:
+        comms = store.read_communities()
+        report_ids = comms.filter(comms["size"] >= 2)["community_id"].to_list()
+    except (FileNotFoundError, OSError):
+        report_ids = []
+    started = time.perf_counter()
+    problems = verify_home(paths, store, doc_keys, record.method if record else "fast", report_ids)
+    for p in problems:
+        _say(f"problem: {p}")
+    _say(f"verified {len(doc_keys)} documents, {len(report_ids)} reports, the graph and the index in "
+         f"{time.perf_counter() - started:.1f}s: " + ("all good" if not problems else
+                                                      f"{len(problems)} problems; `graphrag-pipeline build` repairs them"))
+    return 1 if problems else 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
+    from .core.home import read_home_record
+
+    record = read_home_record(paths.home)
+    if record is not None:  # the UI's sensors and assets follow the home, whatever this shell says
+        os.environ["GRAPHRAG_CORPUS"], os.environ["GRAPHRAG_METHOD"] = record.corpus, record.method
+        _say(f"this home was built from {record.corpus} with method {record.method}")
     _say(f"DAGSTER_HOME={paths.dagster_home}")
     local = Path(sys.executable).with_name("dagster")
     exe = str(local) if local.exists() else (shutil.which("dagster") or "dagster")
@@ -322,6 +490,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=500, help="documents per run (default 500)")
     b.add_argument("--recluster", action="store_true",
                    help="cluster communities from scratch instead of updating the previous partition")
+    b.add_argument("--wait", action="store_true", help="if another build is running on this home, wait for it")
+    b.add_argument("--wait-timeout", type=float, default=600.0,
+                   help="seconds to wait for a free slot of the llm pool held by another run (default 600)")
+    b.add_argument("--switch-corpus", action="store_true",
+                   help="rebuild this home from a corpus other than the one it was built from")
+    b.add_argument("--switch-method", action="store_true",
+                   help="extract every document again with a method other than the one this home was built with")
+    b.add_argument("--allow-empty", action="store_true",
+                   help="let an empty corpus remove every document of a built knowledge base")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("stats", help="counts of the published index and LLM usage")
@@ -340,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="output file (default graph.graphml)")
     e.set_defaults(func=cmd_export)
 
+    v = sub.add_parser("verify", help="check every file of the home (checksums, readability, the index against the graph)")
+    v.set_defaults(func=cmd_verify)
+
     d = sub.add_parser("dev", help="open the Dagster UI on this GRAPHRAG_HOME (extra args go to `dagster dev`)")
     d.add_argument("dagster_args", nargs=argparse.REMAINDER)
     d.set_defaults(func=cmd_dev)
@@ -354,5 +534,16 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.func(args) or 0)
 
 
+def run() -> None:
+    """The console entry point. A build stopped by a signal leaves at once: worker threads may still
+    wait on an LLM answer that nobody needs (every output is written whole or not at all)."""
+    code = main()
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -56,7 +56,10 @@ def instance(home):
     import dagster as dg
 
     def get():
-        os.environ["DAGSTER_HOME"] = str(home / "dagster")
+        from graphrag_pipeline.cli import prepare_dagster_home
+        from graphrag_pipeline.config import Paths
+
+        prepare_dagster_home(Paths(home))  # what every build does first
         return dg.DagsterInstance.get()
 
     return get

@@ -191,7 +191,6 @@ def test_export_graphml(built, tmp_path):
 
 
 def test_a_file_deleted_before_its_run_is_skipped_not_fatal(home, corpus, instance):
-    code, out = cli("stats", "--json")
     inst = instance()
     inst.add_dynamic_partitions("documents", ["darwin_and_wallace.txt", "ghost.txt"])
     from graphrag_pipeline.definitions import defs

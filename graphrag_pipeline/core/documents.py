@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import os
 import re
 import unicodedata
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+
+from .storage import file_sha256
+from typing import Iterable
 
 SUPPORTED_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
@@ -22,8 +26,54 @@ _SAFE = re.compile(r"[^\w.\-]", re.UNICODE)
 @dataclass(frozen=True)
 class CorpusFile:
     key: str  # partition key
-    relpath: str  # path relative to the corpus, with "/" separators
-    path: Path
+    relpath: str  # path relative to the corpus, with "/" separators, as text for display (always valid UTF-8)
+    path: Path  # the real path (an undecodable name keeps its bytes here)
+
+
+_KEY_HEAD_BYTES = 110  # a key is part of file names, which are limited to 255 bytes
+_RAW_HEAD_BYTES = 100
+
+
+def _head(key: str, limit: int) -> str:
+    return key.encode("utf-8")[:limit].decode("utf-8", errors="ignore").lstrip(".")
+
+
+def _raw_bytes(relpath: str) -> bytes:
+    """The bytes of a corpus-relative path as the file system holds them."""
+    try:
+        return os.fsencode(relpath)
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte: not from the file system
+        return relpath.encode("utf-8", "surrogatepass")
+
+
+def _is_text(relpath: str) -> bool:
+    try:
+        relpath.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # surrogate escapes: the name's bytes are not UTF-8
+        return False
+
+
+def display_path(relpath: str) -> str:
+    """A path as valid UTF-8 text: bytes of a name that are not UTF-8 (surrogate escapes) are shown
+    as `\\xNN`, so two such names still read differently."""
+    if _is_text(relpath):
+        return relpath
+    try:
+        raw = relpath.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = relpath.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", errors="backslashreplace")
+
+
+def _raw_key(relpath: str) -> str:
+    """The key of a name told apart by its bytes: the readable part, `~`, 16 hex digits of the
+    SHA-256 of the raw path. Never equal to a `partition_key` of a UTF-8 name, whose hash (if
+    any) has 8 digits."""
+    readable = unicodedata.normalize("NFC", relpath.replace("\\", "/")).strip("/")
+    key = "--".join(_SAFE.sub("_", p) for p in readable.split("/"))
+    digest = hashlib.sha256(_raw_bytes(relpath)).hexdigest()[:16]
+    return f"{_head(key, _RAW_HEAD_BYTES)}~{digest}"
 
 
 def partition_key(relpath: str) -> str:
@@ -34,7 +84,14 @@ def partition_key(relpath: str) -> str:
     folder separator as in `a-/b` vs `a/-b`, or a backslash) a short hash of the original path is
     appended, so two paths never share a key and a key never changes. Keys longer than 120 UTF-8
     bytes are cut and hashed too: a key is part of file names, which are limited to 255 bytes.
+
+    A name whose bytes are not UTF-8 (it reaches Python with surrogate escapes) gets `~` and 16
+    hex digits of the SHA-256 of its raw bytes. Names are compared in Unicode NFC here, so the NFC
+    and NFD spellings of a name give the same key: when both are in one corpus, `corpus_keys`
+    (which `scan_corpus` uses) gives the one not in NFC a key of its own.
     """
+    if not _is_text(relpath):
+        return _raw_key(relpath)
     original = unicodedata.normalize("NFC", relpath).strip("/")
     relpath = unicodedata.normalize("NFC", relpath.replace("\\", "/")).strip("/")
     parts = [_SAFE.sub("_", p) for p in relpath.split("/")]
@@ -43,34 +100,69 @@ def partition_key(relpath: str) -> str:
              or "/-" in relpath or "\\" in original or key.startswith("."))
     if lossy or len(key.encode("utf-8")) > 120:
         digest = hashlib.sha1(original.encode("utf-8")).hexdigest()[:8]
-        head = key.encode("utf-8")[:110].decode("utf-8", errors="ignore")
-        key = f"{head.lstrip('.')}~{digest}"
+        key = f"{_head(key, _KEY_HEAD_BYTES)}~{digest}"
     return key
 
 
+def corpus_keys(relpaths: Iterable[str]) -> dict[str, str]:
+    """The partition key of every path of one corpus, all distinct.
+
+    Each path gets `partition_key(path)`, unless another path of the corpus has the same key (the
+    same name spelled in NFC and in NFD, e.g. "é.txt" as U+00E9 or as "e" + U+0301). Then the
+    spelling in NFC keeps the key and each other spelling gets a key from a hash of its raw bytes
+    (as an undecodable name does). So every key a name had before stays, and a name's key changes
+    only while a twin spelled differently sits beside it."""
+    relpaths = list(dict.fromkeys(relpaths))
+    groups: dict[str, list[str]] = {}
+    for rel in relpaths:
+        groups.setdefault(partition_key(rel), []).append(rel)
+    keys: dict[str, str] = {}
+    taken = set(groups)
+    for key, members in groups.items():
+        if len(members) == 1:
+            keys[members[0]] = key
+            continue
+        members = sorted(members, key=_raw_bytes)
+        canonical = [r for r in members if _is_text(r) and unicodedata.is_normalized("NFC", r)]
+        keeper = canonical[0] if canonical else None
+        for rel in members:
+            if rel == keeper:
+                keys[rel] = key
+                continue
+            other = _raw_key(rel)
+            n = 0
+            while other in taken:  # two raw hashes alike in 64 bits: not expected, but never share
+                n += 1
+                other = f"{_raw_key(rel)[:-16]}{hashlib.sha256(_raw_bytes(rel) + bytes([n])).hexdigest()[:16]}"
+            taken.add(other)
+            keys[rel] = other
+    return keys
+
+
 def scan_corpus(corpus: Path) -> list[CorpusFile]:
-    """All supported files below `corpus`, sorted by relative path (hidden files and folders skipped)."""
+    """All supported files below `corpus`, sorted by relative path (hidden files and folders skipped).
+
+    Every file gets a key of its own (see `corpus_keys`), also when its name is not UTF-8: its
+    `relpath` is then shown with `\\xNN` escapes and `path` keeps the real name for reading."""
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise FileNotFoundError(f"corpus directory not found: {corpus}")
-    files = []
+    found: list[tuple[str, Path]] = []
     for path in corpus.rglob("*"):
         rel = path.relative_to(corpus)
         if any(part.startswith(".") for part in rel.parts):
             continue
         if path.suffix.lower() in SUPPORTED_SUFFIXES and path.is_file():
-            relpath = rel.as_posix()
-            files.append(CorpusFile(partition_key(relpath), relpath, path))
-    files.sort(key=lambda f: f.relpath)
+            found.append((rel.as_posix(), path))
+    keys = corpus_keys(rel for rel, _ in found)
+    files = [CorpusFile(keys[rel], display_path(rel), path) for rel, path in found]
+    files.sort(key=lambda f: (f.relpath, _raw_bytes(str(f.path))))
     return files
 
 
 def file_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:32]
+    """The content hash of a corpus file (SHA-256, 32 hex digits)."""
+    return file_sha256(path)[:32]
 
 
 @dataclass
@@ -94,15 +186,15 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
         with open(path, "rb") as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
-        return DocumentText("", "unreadable", f"cannot read {path.name}: {exc.strerror or exc}")
+        return DocumentText("", "unreadable", f"cannot read {display_path(path.name)}: {exc.strerror or exc}")
     truncated = len(raw) > max_bytes
     raw = raw[:max_bytes]
     if not raw.strip():
-        return DocumentText("", "empty", f"{path.name} is empty", size_bytes=size)
+        return DocumentText("", "empty", f"{display_path(path.name)} is empty", size_bytes=size)
     text, encoding = _decode(raw, truncated)
     if text is None:
         reason = encoding
-        return DocumentText("", reason, f"{path.name} skipped: {'binary content' if reason == 'binary' else 'cannot determine its text encoding'}", size_bytes=size)
+        return DocumentText("", reason, f"{display_path(path.name)} skipped: {'binary content' if reason == 'binary' else 'cannot determine its text encoding'}", size_bytes=size)
     kind = SUPPORTED_SUFFIXES.get(path.suffix.lower(), "text")
     if kind == "html":
         text = html_to_text(text)
@@ -110,9 +202,9 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
         text = markdown_to_text(text)
     text = _normalise_text(text)
     if not text.strip():
-        return DocumentText("", "empty", f"{path.name} has no text", encoding, size)
+        return DocumentText("", "empty", f"{display_path(path.name)} has no text", encoding, size)
     if truncated:
-        return DocumentText(text, "truncated", f"{path.name} is {size:,} bytes; only the first {max_bytes:,} bytes were read", encoding, size)
+        return DocumentText(text, "truncated", f"{display_path(path.name)} is {size:,} bytes; only the first {max_bytes:,} bytes were read", encoding, size)
     return DocumentText(text, "ok", "", encoding, size)
 
 

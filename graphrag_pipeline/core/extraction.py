@@ -4,6 +4,10 @@ The cache key is (extractor version, LLM model and prompt settings, chunk id); t
 the hash of the chunk's text, so an unchanged chunk is never extracted twice, whichever document
 it belongs to. LLM chunks run concurrently (the client bounds in-flight calls); results are
 cached as they arrive, so an interrupted run keeps what it already paid for.
+
+When the client's circuit breaker opens (the endpoint failed several calls in a row), no further
+chunk is started: the chunks not yet extracted are left for the next build, and the stats say
+which documents are left (``circuit_open``, ``documents_left``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ class ExtractionStats:
     failed_chunks: list[dict] = field(default_factory=list)  # {doc_id, chunk_id, error, raw}
     failed_documents: dict[str, str] = field(default_factory=dict)  # doc_id -> endpoint error
     llm: LLMUsage = field(default_factory=LLMUsage)
+    circuit_open: str = ""  # the breaker's message when it opened: the endpoint is down, stop retrying
+    not_attempted: int = 0  # chunks never started because the breaker had opened
+
+    @property
+    def documents_left(self) -> list[str]:
+        """Documents not fully extracted (their output is not written; the next build does them)."""
+        return sorted(self.failed_documents)
 
 
 def settings_fingerprint(method: str, llm=None, settings=None) -> str:
@@ -94,22 +105,44 @@ def extract_tasks(
 
 def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) -> None:
     from .extract_llm import extract_chunk
-    from .llm import LLMError
+    from .llm import LLMCircuitOpen, LLMError
 
     before = llm.usage_snapshot()
     pending_cache: dict[str, dict] = {}
     done = 0
-    pool = ThreadPoolExecutor(max_workers=max(1, getattr(llm, "max_concurrent", 4)), thread_name_prefix="extract")
-    futures = {pool.submit(extract_chunk, llm, t.text, t.chunk_id, settings): t for t in todo}
+    workers = max(1, getattr(llm, "max_concurrent", 4))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="extract")
+    queue = iter(todo)
+    futures: dict = {}
+
+    def breaker_open() -> bool:
+        return bool(stats.circuit_open) or bool(getattr(llm, "circuit_open", False))
+
+    def submit(n: int) -> None:
+        # a few chunks beyond the workers, so no worker idles; the rest wait here, where an open
+        # breaker can still stop them from being attempted
+        for _ in range(n):
+            if breaker_open():
+                return
+            task = next(queue, None)
+            if task is None:
+                return
+            futures[pool.submit(extract_chunk, llm, task.text, task.chunk_id, settings)] = task
+
     try:
+        submit(2 * workers)
         remaining = set(futures)
         while remaining:
             finished, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
             for fut in finished:
-                task = futures[fut]
+                task = futures.pop(fut)
                 done += 1
                 try:
                     outcome = fut.result()
+                except LLMCircuitOpen as exc:
+                    stats.circuit_open = stats.circuit_open or str(exc)
+                    stats.failed_documents.setdefault(task.doc_id, str(exc))
+                    continue
                 except LLMError as exc:
                     stats.failed_documents.setdefault(task.doc_id, str(exc))
                     continue
@@ -120,19 +153,29 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) 
                 stats.extracted += 1
                 out[task.chunk_id] = outcome.extraction
                 pending_cache[f"{prefix}:{task.chunk_id}"] = outcome.extraction.to_dict()
+            submit(len(finished))
+            remaining = set(futures)
             if len(pending_cache) >= 20 or not remaining:
                 cache.put_many(pending_cache)
                 pending_cache = {}
             if progress and finished:
                 progress(done, len(todo))
+        if breaker_open():
+            if not stats.circuit_open:
+                stats.circuit_open = getattr(llm, "circuit_message", "") or "the LLM endpoint's circuit breaker is open"
+            for task in queue:  # never started: left for the next build
+                stats.not_attempted += 1
+                stats.failed_documents.setdefault(task.doc_id, stats.circuit_open)
     except BaseException:
-        # interrupted (run terminated) or crashed: stop LLM work now, keep what is cached
+        # interrupted (run terminated) or crashed: stop LLM work now, keep what is cached; the calls
+        # still on the wire end with the cancelled client, nobody waits for them
         llm.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
         cache.put_many(pending_cache)
         raise
-    finally:
+    else:
         pool.shutdown(wait=True, cancel_futures=True)
+    finally:
         after = llm.usage_snapshot()
         stats.llm.add(LLMUsage(after.calls - before.calls, after.cache_hits - before.cache_hits,
                                after.prompt_tokens - before.prompt_tokens, after.completion_tokens - before.completion_tokens))

@@ -7,6 +7,15 @@ and cancellation. Answers are cached persistently in a :class:`KVCache` keyed by
 
 The API key never appears in exceptions, log records or ``repr``: error texts are scrubbed of it,
 the endpoint URL is shown without userinfo or query, and the original exception is not chained.
+
+A dead endpoint is not paid for chunk after chunk: a circuit breaker counts the calls that failed
+after all their retries, in a row (any successful request resets the count); after ``breaker``
+(``GRAPHRAG_LLM_BREAKER``, default 3) of them every further call of the client fails at once with
+:class:`LLMCircuitOpen`. While the endpoint is not known to work (no request of this process has
+succeeded yet, or the latest request failed and none succeeded since), one call at a time makes
+requests and the others wait, so a dead endpoint costs at most ``breaker x (max_retries + 1)``
+requests, not that many per concurrent call. One call also gives up retrying once waiting for
+the next retry would take it past ``max_call_s``.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +46,34 @@ log = logging.getLogger("graphrag_pipeline.llm")
 EMBEDDING_BATCH = 64
 _RETRY_STATUSES = {408, 409, 429}  # plus every status >= 500
 _POLL_S = 0.05  # how often a call waiting for a concurrency slot checks for cancellation
+DEFAULT_BREAKER = 3  # consecutive failed calls that open the circuit (GRAPHRAG_LLM_BREAKER; 0 = never)
+# a request the endpoint rejected for what it contains (bad request, too large, unprocessable): the
+# endpoint works, so this neither counts towards the breaker nor marks the endpoint as failing
+_REQUEST_SPECIFIC = {400, 413, 422}
+
+_registry_lock = threading.Lock()
+_CLIENTS: "weakref.WeakSet[LLMClient]" = weakref.WeakSet()
+_PROVEN: set[str] = set()  # endpoints (without credentials) that have answered a request in this process
+
+
+def cancel_all_clients() -> None:
+    """Cancel every LLMClient of this process and abort their requests on the wire (the build is
+    stopped by a signal: waiting for a slow answer would keep the user waiting up to the timeout)."""
+    with _registry_lock:
+        clients = list(_CLIENTS)
+    for client in clients:
+        client.cancel()
+        try:
+            client.close()  # closes the connections: a blocked read fails now, and the call raises LLMCancelled
+        except Exception:  # noqa: BLE001 - best effort while stopping
+            pass
+
+
+def forget_endpoint_health() -> None:
+    """Forget which endpoints have answered in this process, so new clients probe them again one
+    call at a time (for tests that reuse a process for what would be separate builds)."""
+    with _registry_lock:
+        _PROVEN.clear()
 
 
 class LLMError(RuntimeError):
@@ -51,6 +89,16 @@ class LLMError(RuntimeError):
 
 class LLMCancelled(LLMError):
     """The client was cancelled (``LLMClient.cancel``) before or while this call waited."""
+
+
+class LLMCircuitOpen(LLMError):
+    """The endpoint failed ``failures`` calls in a row; the client makes no further requests.
+    ``last_error`` is the message of the call that failed last (without credentials)."""
+
+    def __init__(self, message: str, *, failures: int = 0, last_error: str = "", status: int | None = None, endpoint: str = ""):
+        super().__init__(message, status=status, attempts=0, endpoint=endpoint)
+        self.failures = failures
+        self.last_error = last_error
 
 
 @dataclass
@@ -175,13 +223,29 @@ class LLMClient:
     def __init__(self, *, model: str, api_key: str | None = None, base_url: str | None = None,
                  cache: KVCache | None = None, max_concurrent: int = 10, timeout_s: float = 120.0,
                  max_retries: int = 5, backoff_base_s: float = 1.0, backoff_max_s: float = 60.0,
-                 embedding_model: str | None = None):
+                 embedding_model: str | None = None, breaker: int | None = None, max_call_s: float | None = None):
+        """breaker: consecutive failed calls after which every call fails at once (None: the
+        ``GRAPHRAG_LLM_BREAKER`` variable, else 3; 0: never). max_call_s: no retry is started that
+        would begin later than this after the call's first request (None: ``max(60, 2 x
+        timeout_s)``); one call thus takes at most about ``max_call_s + timeout_s``."""
         import openai
 
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be >= 1")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if breaker is None:
+            raw = os.environ.get("GRAPHRAG_LLM_BREAKER", "").strip()
+            try:
+                breaker = int(raw) if raw else DEFAULT_BREAKER
+            except ValueError:
+                raise ValueError(f"GRAPHRAG_LLM_BREAKER must be a whole number >= 0 (0 = never), got {raw!r}") from None
+        if breaker < 0:
+            raise ValueError("breaker must be >= 0 (0 = never)")
+        if max_call_s is None:
+            max_call_s = max(60.0, 2.0 * timeout_s)
+        if max_call_s <= 0:
+            raise ValueError("max_call_s must be > 0")
         key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if (base_url or os.environ.get("OPENAI_BASE_URL")) else None)
         if not key:
             raise ValueError("LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint")
@@ -202,6 +266,16 @@ class LLMClient:
         self._lock = threading.Lock()
         self.usage = LLMUsage()
         self.attempts = 0  # every HTTP attempt (chat and embeddings), successful or not
+        self.breaker = breaker
+        self.max_call_s = float(max_call_s)
+        # circuit state, guarded by _cond (a re-entrant lock, so cancel() is safe from anywhere)
+        self._cond = threading.Condition()
+        with _registry_lock:
+            self._healthy = self._endpoint in _PROVEN  # False: requests go one call at a time
+            _CLIENTS.add(self)
+        self._gate_owner: object | None = None  # the call allowed to make requests while not healthy
+        self._failures = 0  # calls failed in a row
+        self._circuit: LLMCircuitOpen | None = None
 
     # -- construction / description ----------------------------------------------------------------
     @classmethod
@@ -254,6 +328,8 @@ class LLMClient:
         """Stop: calls waiting for a slot or backing off raise LLMCancelled promptly, new calls raise
         it at once. A request already on the wire finishes (bounded by ``timeout_s``)."""
         self._cancel.set()
+        with self._cond:
+            self._cond.notify_all()
 
     @property
     def cancelled(self) -> bool:
@@ -262,6 +338,93 @@ class LLMClient:
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():
             raise LLMCancelled(f"LLM client for {self.describe()} was cancelled", endpoint=self._endpoint)
+
+    # -- circuit breaker ------------------------------------------------------------------------------
+    @property
+    def circuit_open(self) -> bool:
+        """True once the breaker has opened: every further request fails at once."""
+        return self._circuit is not None
+
+    @property
+    def circuit_message(self) -> str:
+        """Why the breaker opened (names the endpoint and the last error, never the key), or ""."""
+        return str(self._circuit) if self._circuit is not None else ""
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._failures
+
+    def _circuit_error(self) -> LLMCircuitOpen:
+        c = self._circuit
+        return LLMCircuitOpen(str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint)
+
+    def _check_open(self) -> None:
+        if self._circuit is not None:
+            raise self._circuit_error()
+
+    def _succeeded(self) -> None:
+        with self._cond:
+            self._failures = 0
+            if not self._healthy:
+                self._healthy = True
+                self._cond.notify_all()
+        with _registry_lock:
+            _PROVEN.add(self._endpoint)
+
+    def _set_healthy(self, healthy: bool) -> None:
+        with self._cond:
+            if self._healthy != healthy:
+                self._healthy = healthy
+                self._cond.notify_all()
+
+    def _failed(self, err: LLMError) -> LLMError:
+        """Count a call that failed for good; the error to raise (LLMCircuitOpen once open)."""
+        with self._cond:
+            self._failures += 1
+            if self.breaker and self._failures >= self.breaker and self._circuit is None:
+                self._circuit = LLMCircuitOpen(
+                    f"The LLM endpoint {self._endpoint} failed {self._failures} calls in a row, so no further "
+                    f"calls are made (circuit breaker GRAPHRAG_LLM_BREAKER={self.breaker}). Last error: {err} "
+                    "-- what was done before is kept: once the endpoint works, run the build again and it "
+                    "resumes where it stopped.",
+                    failures=self._failures, last_error=str(err), status=err.status, endpoint=self._endpoint)
+                self._cond.notify_all()
+                log.error("%s", self._circuit)
+            opened = self._circuit is not None
+        return self._circuit_error() if opened else err
+
+    def _enter_gate(self, token: object) -> bool:
+        """While the endpoint is not known to work, requests are made by one call at a time: wait
+        for the turn. True when this call now holds the turn (it keeps it until it ends), False
+        when the endpoint is (or became) healthy and no turn is needed."""
+        with self._cond:
+            while True:
+                if self._healthy:
+                    return False
+                self._check_cancelled()
+                self._check_open()
+                if self._gate_owner is None:
+                    self._gate_owner = token
+                    return True
+                self._cond.wait(_POLL_S)
+
+    def _leave_gate(self, token: object) -> None:
+        with self._cond:
+            if self._gate_owner is token:
+                self._gate_owner = None
+                self._cond.notify_all()
+
+    def _sleep(self, delay: float) -> None:
+        """Back off for ``delay`` seconds; cut short by cancel() or by the breaker opening."""
+        deadline = time.monotonic() + delay
+        with self._cond:
+            while not self._cancel.is_set() and self._circuit is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+        self._check_cancelled()
+        self._check_open()
 
     # -- the retry loop ---------------------------------------------------------------------------------
     def _scrub(self, text: str) -> str:
@@ -307,45 +470,74 @@ class LLMClient:
     def _acquire_slot(self) -> None:
         while not self._slots.acquire(timeout=_POLL_S):
             self._check_cancelled()
-        if self._cancel.is_set():
+            self._check_open()
+        if self._cancel.is_set() or self._circuit is not None:
             self._slots.release()
             self._check_cancelled()
+            self._check_open()
 
     def _with_retries(self, what: str, request):
         """Run ``request()`` (one HTTP call; it validates the answer and raises ``_Retryable`` for a
-        malformed one) with retries. Returns its result; raises LLMError / LLMCancelled."""
+        malformed one) with retries. Returns its result; raises LLMError / LLMCancelled /
+        LLMCircuitOpen."""
         retries = 0
-        while True:
-            self._check_cancelled()
-            self._acquire_slot()
-            try:
-                with self._lock:
-                    self.attempts += 1
+        started: float | None = None  # the first request (time spent waiting for a turn does not count)
+        turn = object()
+        holding = False  # this call holds the one-call-at-a-time turn
+        try:
+            while True:
+                self._check_cancelled()
+                self._check_open()
+                if not holding:
+                    holding = self._enter_gate(turn)
+                self._acquire_slot()
+                problem: _Retryable | _Fatal | None = None
+                if started is None:
+                    started = time.monotonic()
                 try:
-                    return request()
-                except (_Retryable, _Fatal) as exc:
-                    problem = exc
-                except Exception as exc:  # noqa: BLE001 - classified below, unknown kinds re-raised
-                    problem = self._classify(exc)
-            finally:
-                self._slots.release()
-            attempts = retries + 1
-            if isinstance(problem, _Fatal):
-                raise LLMError(f"{what} to {self.describe()} failed (not retried) after {attempts} attempt"
-                               f"{'s' if attempts > 1 else ''}: {problem.cause}",
-                               status=problem.status, attempts=attempts, endpoint=self._endpoint) from None
-            if self._cancel.is_set():
-                self._check_cancelled()
-            if retries >= self.max_retries:
-                raise LLMError(f"{what} to {self.describe()} failed after {attempts} attempt"
-                               f"{'s' if attempts > 1 else ''}: {problem.cause}",
-                               status=problem.status, attempts=attempts, endpoint=self._endpoint) from None
-            delay = self._backoff(retries, problem.retry_after)
-            log.warning("%s to %s: %s; retry %d/%d in %.2fs", what, self.describe(), problem.cause,
-                        retries + 1, self.max_retries, delay)
-            retries += 1
-            if self._cancel.wait(delay):
-                self._check_cancelled()
+                    with self._lock:
+                        self.attempts += 1
+                    try:
+                        result = request()
+                    except (_Retryable, _Fatal) as exc:
+                        problem = exc
+                    except Exception as exc:  # noqa: BLE001 - classified below, unknown kinds re-raised
+                        problem = self._classify(exc)
+                finally:
+                    self._slots.release()
+                if problem is None:
+                    self._succeeded()
+                    return result
+                attempts = retries + 1
+                plural = "s" if attempts > 1 else ""
+                if isinstance(problem, _Fatal):
+                    err = LLMError(f"{what} to {self.describe()} failed (not retried) after {attempts} attempt{plural}: "
+                                   f"{problem.cause}", status=problem.status, attempts=attempts, endpoint=self._endpoint)
+                    if problem.status in _REQUEST_SPECIFIC:
+                        self._set_healthy(True)  # the endpoint answered; this request is the problem
+                        raise err from None
+                    self._set_healthy(False)
+                    raise self._failed(err) from None
+                self._set_healthy(False)
+                if self._cancel.is_set():
+                    self._check_cancelled()
+                if retries >= self.max_retries:
+                    raise self._failed(LLMError(f"{what} to {self.describe()} failed after {attempts} attempt{plural}: "
+                                                f"{problem.cause}", status=problem.status, attempts=attempts,
+                                                endpoint=self._endpoint)) from None
+                delay = self._backoff(retries, problem.retry_after)
+                elapsed = time.monotonic() - started
+                if elapsed + delay > self.max_call_s:
+                    raise self._failed(LLMError(f"{what} to {self.describe()} failed after {attempts} attempt{plural} in "
+                                                f"{elapsed:.0f}s (retry time limit {self.max_call_s:g}s): {problem.cause}",
+                                                status=problem.status, attempts=attempts, endpoint=self._endpoint)) from None
+                log.warning("%s to %s: %s; retry %d/%d in %.2fs", what, self.describe(), problem.cause,
+                            retries + 1, self.max_retries, delay)
+                retries += 1
+                self._sleep(delay)
+        finally:
+            if holding:
+                self._leave_gate(turn)
 
     # -- chat ------------------------------------------------------------------------------------------
     def chat(self, messages: list[dict], *, temperature: float = 0.0, max_tokens: int | None = None,

@@ -1,19 +1,45 @@
 """Atomic file writes: every output is written beside its target and renamed into place.
 
 A reader therefore sees either the old file or the new one, never a half-written file, and
-two processes writing different partitions never touch the same file.
+two processes writing different partitions never touch the same file. A process killed between
+the two leaves a `.<name>.<random>.tmp` file, which `clean_temp_files` removes.
+
+Reading a file that exists but is damaged (garbled JSON, a truncated Parquet file) raises
+`DamagedFileError`, whose message names the file and what is wrong with it.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import polars as pl
+
+
+class DamagedFileError(OSError, ValueError):
+    """A file that exists but cannot be read as what it should be (garbled JSON, a truncated or
+    altered Parquet file). The message names the file and the problem; `path` is the file.
+
+    Both an OSError and a ValueError, so code that already handled a failed read or a JSON decode
+    error keeps handling it."""
+
+    def __init__(self, message: str, path: Path | str | None = None):
+        super().__init__(message)
+        self.path = Path(path) if path is not None else None
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.path))
 
 
 @contextmanager
@@ -32,27 +58,193 @@ def atomic_path(target: Path, suffix: str = "") -> Iterator[Path]:
             os.unlink(tmp)
 
 
-def write_parquet(df: pl.DataFrame, target: Path) -> None:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False) -> str | None:
+    """Write `df` atomically; with `checksum`, return the SHA-256 of the file as written."""
     with atomic_path(target, ".parquet") as tmp:
         df.write_parquet(tmp)
+        digest = file_sha256(tmp) if checksum else None
+    return digest
+
+
+_PARQUET_MAGIC = b"PAR1"
+
+
+def verify_parquet(path: Path) -> None:
+    """Check that `path` is a whole Parquet file by reading only its ends and its footer (cheap).
+
+    Raises DamagedFileError (naming the file) when it is truncated or its footer cannot be decoded,
+    FileNotFoundError when it is missing. A change in the middle of the file is not seen here: the
+    checksums recorded by the store catch that."""
+    path = Path(path)
+    size = os.stat(path).st_size
+    if size < 12:
+        raise DamagedFileError(f"{path} is not a readable Parquet file (truncated? it is only {size} bytes)", path)
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        fh.seek(-8, os.SEEK_END)
+        tail = fh.read(8)
+    if head != _PARQUET_MAGIC:
+        raise DamagedFileError(f"{path} is not a readable Parquet file (it does not start with the Parquet marker)", path)
+    if tail[4:] != _PARQUET_MAGIC:
+        raise DamagedFileError(f"{path} is not a readable Parquet file (truncated? its footer is missing; {size:,} bytes)", path)
+    footer = int.from_bytes(tail[:4], "little")
+    if footer > size - 12:
+        raise DamagedFileError(f"{path} is not a readable Parquet file (truncated? its footer says {footer:,} bytes of "
+                               f"metadata, the file has {size:,})", path)
+    try:
+        pl.read_parquet_schema(path)
+    except pl.exceptions.PolarsError as exc:
+        raise DamagedFileError(f"{path} is not a readable Parquet file (its footer cannot be decoded: {_short(exc)})", path) from exc
+
+
+def parquet_problem(path: Path, sha256: str | None = None) -> str | None:
+    """What is wrong with a Parquet file, naming it (None when fine). With `sha256` (recorded when the
+    file was written) the whole file is compared with it; without, only its footer is checked."""
+    path = Path(path)
+    try:
+        if sha256:
+            if file_sha256(path) == sha256:
+                return None
+            verify_parquet(path)  # a truncated file is described as such
+            return f"{path} does not match the checksum recorded when it was written (damaged since?)"
+        verify_parquet(path)
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except DamagedFileError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path} cannot be read: {exc.strerror or exc}"
+    return None
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_parquet(path: Path, schema: dict | None = None) -> pl.DataFrame:
-    if not Path(path).exists():
+    """The table in `path`; an empty table (of `schema`) when the file does not exist. A file that
+    exists but cannot be read raises DamagedFileError naming it."""
+    path = Path(path)
+    if not path.exists():
         return pl.DataFrame(schema=schema) if schema else pl.DataFrame()
-    return pl.read_parquet(path)
+    try:
+        return pl.read_parquet(path)
+    except pl.exceptions.PolarsError as exc:
+        try:
+            verify_parquet(path)
+        except DamagedFileError as damaged:
+            raise damaged from exc
+        raise DamagedFileError(f"{path} is not a readable Parquet file ({_short(exc)})", path) from exc
 
 
 def write_json(data: object, target: Path) -> None:
+    text = json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True)
+    try:
+        payload = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. from an undecodable file name): escape it, never fail
+        payload = json.dumps(data, ensure_ascii=True, indent=1, sort_keys=True).encode("ascii")
     with atomic_path(target, ".json") as tmp:
-        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.write_bytes(payload)
 
 
 def read_json(path: Path, default: object = None) -> object:
+    """The JSON value in `path`; `default` when the file does not exist. A file that exists but is not
+    valid JSON raises DamagedFileError naming it and where it goes wrong."""
+    path = Path(path)
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         return default
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DamagedFileError(f"{path} is not valid JSON (not UTF-8 text at byte {exc.start:,})", path) from exc
+    if not text.strip():
+        raise DamagedFileError(f"{path} is not valid JSON (the file is empty)", path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DamagedFileError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", path) from exc
+    except RecursionError as exc:
+        raise DamagedFileError(f"{path} is not valid JSON (nested too deeply)", path) from exc
+
+
+# `atomic_path`'s temporary names: "." + target name + "." + 8 random characters + suffix + ".tmp"
+# (and the side files DuckDB keeps beside a database it writes there)
+_TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}(?:\.[A-Za-z0-9]+)*\.tmp(?:\.wal|\.tmp)?$")
+
+
+def is_temp_file_name(name: str) -> bool:
+    """Is `name` a temporary file name of `atomic_path` (a leftover when its writer died)?"""
+    return bool(_TEMP_NAME.match(name))
+
+
+def clean_temp_files(home: Path) -> list[Path]:
+    """Remove the temporary files atomic writes left under `home` when their process was killed.
+
+    Only names of `atomic_path`'s pattern are touched. Call it only while no other process writes
+    to the home (the build lock): a live writer's temporary file would be removed too."""
+    removed: list[Path] = []
+    home = Path(home)
+    if not home.is_dir():
+        return removed
+    for folder, dirs, files in os.walk(home):
+        for name in [d for d in dirs if is_temp_file_name(d)]:  # e.g. DuckDB's spill folder
+            dirs.remove(name)
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            if not os.path.exists(os.path.join(folder, name)):
+                removed.append(Path(folder) / name)
+        for name in files:
+            if is_temp_file_name(name):
+                path = Path(folder) / name
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    continue  # cannot remove it now (permissions): try again next time
+                removed.append(path)
+    return sorted(removed)
+
+
+_DISK_FULL = ("no space left on device", "database or disk is full", "disk quota exceeded", "not enough space on the disk")
+
+
+def describe_os_error(exc: BaseException, path: Path | str | None = None, action: str = "writing") -> str:
+    """A one-line description of a failed file operation for people: "disk full (no space left on
+    device) while writing <path>", "permission denied while writing <path>" (also for a read-only
+    file system), else the OS message with the path. Understands errors other libraries wrap
+    (SQLite's "database or disk is full", DuckDB's and polars' messages)."""
+    if isinstance(exc, DamagedFileError):
+        return str(exc)
+    path = path if path is not None else getattr(exc, "filename", None)
+    where = f" {path}" if path not in (None, "") else ""
+    chain, seen, e = [], set(), exc
+    while e is not None and id(e) not in seen:  # the error and what caused it
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    codes = {getattr(e, "errno", None) for e in chain} - {None}
+    text = " ".join(str(e) for e in chain).lower()
+    sqlite_full = any(getattr(e, "sqlite_errorcode", None) == 13 for e in chain)  # SQLITE_FULL
+    if codes & {errno.ENOSPC, getattr(errno, "EDQUOT", -1)} or sqlite_full or any(m in text for m in _DISK_FULL):
+        return f"disk full (no space left on device) while {action}{where}"
+    if errno.EROFS in codes or "read-only file system" in text:
+        return f"permission denied while {action}{where} (read-only file system)"
+    if codes & {errno.EACCES, errno.EPERM} or "permission denied" in text:
+        return f"permission denied while {action}{where}"
+    message = getattr(exc, "strerror", None) or _short(exc, 300) or type(exc).__name__
+    return f"{message}:{where}" if where and str(path) not in message else message
 
 
 class ParquetBundle:
@@ -80,7 +272,10 @@ class ParquetBundle:
         return data
 
     def read(self, manifest: dict, table: str) -> pl.DataFrame:
-        return pl.read_parquet(self.folder / manifest["tables"][table])
+        path = self.folder / manifest["tables"][table]
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, "a table of the manifest is missing", str(path))
+        return read_parquet(path)
 
     def write(self, tables: dict[str, pl.DataFrame], *, previous: dict | None = None, drop: set[str] = frozenset(),
               **extra) -> dict:

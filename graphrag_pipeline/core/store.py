@@ -7,6 +7,8 @@ working on different documents never share a file. Whole-graph outputs have a si
 from __future__ import annotations
 
 import os
+import unicodedata
+from functools import lru_cache
 from pathlib import Path
 
 import duckdb
@@ -16,10 +18,67 @@ from ..config import Paths
 from .communities import CommunityState
 from .graph import EDGE_SCHEMA, NODE_SCHEMA
 from .reports import CommunityReport
-from .storage import ParquetBundle, read_json, read_parquet, write_json, write_parquet
+from .storage import (
+    DamagedFileError,
+    ParquetBundle,
+    parquet_problem,
+    read_json,
+    read_parquet,
+    write_json,
+    write_parquet,
+)
 from .subgraph import ENTITY_ROWS, RELATION_ROWS
 
 CHUNK_ROWS = {"chunk_id": pl.Utf8, "doc_id": pl.Utf8, "doc": pl.Utf8, "position": pl.Int64, "text": pl.Utf8, "tokens": pl.Int64}
+
+# the Parquet files of each per-document asset (each also has a `<key>.json` info file, written last)
+DOC_TABLES = {"chunks": (".parquet",), "doc_subgraph": (".entities.parquet", ".relations.parquet")}
+
+# A key is part of file names (the longest: "." + key + ".relations.parquet" + ".XXXXXXXX.parquet.tmp"
+# while it is written), which most file systems limit to 255 bytes; partition_key makes at most 120.
+MAX_KEY_BYTES = 200
+
+
+class InvalidPartitionKey(ValueError):
+    """A document partition key that cannot name files inside the home (e.g. "../x", "/abs",
+    "a/b", "." or a NUL byte): added by hand through Dagster's UI or API, never by a scan."""
+
+
+@lru_cache(maxsize=65536)
+def partition_key_problem(key: object) -> str | None:
+    """Why `key` cannot be a document partition key (None when it can). Keys made by
+    `partition_key` always can."""
+    if not isinstance(key, str):
+        return f"it is a {type(key).__name__}, not text"
+    if not key:
+        return "it is empty"
+    if key in (".", ".."):
+        return "it would name a folder, not a file"
+    if "/" in key or "\\" in key:
+        return "it contains a path separator"
+    if "\0" in key:
+        return "it contains a NUL byte"
+    if key.startswith("."):
+        return "it starts with '.' (hidden and temporary files do)"
+    if any(unicodedata.category(ch) == "Cc" for ch in key):
+        return "it contains a control character"
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "it is not valid Unicode text (a lone surrogate)"
+    if size > MAX_KEY_BYTES:
+        return f"it is {size} bytes long (at most {MAX_KEY_BYTES}: keys are part of file names)"
+    return None
+
+
+def check_partition_key(key: str) -> str:
+    """`key`, when it can be a document partition key; else raise InvalidPartitionKey saying why."""
+    problem = partition_key_problem(key)
+    if problem is not None:
+        shown = repr(key) if not isinstance(key, str) or len(key) <= 80 else repr(key[:77]) + "..."
+        raise InvalidPartitionKey(f"invalid document partition key {shown}: {problem}. No corpus file has this key "
+                                  "(it was added by hand?); delete this partition of `documents`")
+    return key
 
 
 class Store:
@@ -28,11 +87,19 @@ class Store:
 
     # -- per document -------------------------------------------------------------------------
     def _doc_file(self, asset: str, key: str, suffix: str) -> Path:
-        return self.paths.doc_dir(asset) / f"{key}{suffix}"
+        """The file of one document's output; raises InvalidPartitionKey for a key that would put
+        it anywhere but directly inside the asset's folder."""
+        check_partition_key(key)
+        folder = self.paths.doc_dir(asset)
+        path = folder / f"{key}{suffix}"
+        if os.path.dirname(os.path.normpath(path)) != os.path.normpath(folder):  # guaranteed by the check; kept as a guard
+            raise InvalidPartitionKey(f"invalid document partition key {key!r}: {path} is outside {folder}")
+        return path
 
     def write_chunks(self, key: str, chunks: pl.DataFrame, info: dict) -> None:
-        write_parquet(chunks.select(list(CHUNK_ROWS)).cast(CHUNK_ROWS), self._doc_file("chunks", key, ".parquet"))
-        write_json(info, self._doc_file("chunks", key, ".json"))
+        table, info_file = self._doc_file("chunks", key, ".parquet"), self._doc_file("chunks", key, ".json")
+        digest = write_parquet(chunks.select(list(CHUNK_ROWS)).cast(CHUNK_ROWS), table, checksum=True)
+        write_json({**info, "checksums": {".parquet": digest}}, info_file)
 
     def chunk_info(self, key: str) -> dict | None:
         return read_json(self._doc_file("chunks", key, ".json"))
@@ -41,12 +108,60 @@ class Store:
         return read_parquet(self._doc_file("chunks", key, ".parquet"), CHUNK_ROWS)
 
     def write_subgraph(self, key: str, entities: pl.DataFrame, relations: pl.DataFrame, info: dict) -> None:
-        write_parquet(entities, self._doc_file("doc_subgraph", key, ".entities.parquet"))
-        write_parquet(relations, self._doc_file("doc_subgraph", key, ".relations.parquet"))
-        write_json(info, self._doc_file("doc_subgraph", key, ".json"))
+        ents, rels = self._doc_file("doc_subgraph", key, ".entities.parquet"), self._doc_file("doc_subgraph", key, ".relations.parquet")
+        info_file = self._doc_file("doc_subgraph", key, ".json")
+        checksums = {".entities.parquet": write_parquet(entities, ents, checksum=True),
+                     ".relations.parquet": write_parquet(relations, rels, checksum=True)}
+        write_json({**info, "checksums": checksums}, info_file)
 
     def subgraph_info(self, key: str) -> dict | None:
         return read_json(self._doc_file("doc_subgraph", key, ".json"))
+
+    def document_problems(self, key: str, method: str | None = None) -> list[str]:
+        """What is wrong with one document's stored outputs, each problem naming its file (empty when
+        all is well): an invalid key, a missing or unreadable info JSON, a missing, unreadable or
+        altered Parquet file (against the checksum recorded when it was written; files written
+        before checksums were recorded get their footer checked), chunks and subgraph made from
+        different contents, or a subgraph extracted with another method than `method`. Never raises."""
+        problem = partition_key_problem(key)
+        if problem is not None:
+            return [f"invalid document partition key {key!r}: {problem}"]
+        problems: list[str] = []
+        infos = {}
+        for asset, suffixes in DOC_TABLES.items():
+            info_file = self._doc_file(asset, key, ".json")
+            try:
+                info = read_json(info_file)
+            except DamagedFileError as exc:
+                info = None
+                problems.append(str(exc))
+            except OSError as exc:
+                info = None
+                problems.append(f"{info_file} cannot be read: {exc.strerror or exc}")
+            else:
+                if info is None:
+                    problems.append(f"{info_file} is missing")
+                elif not isinstance(info, dict):
+                    problems.append(f"{info_file} does not hold a JSON object")
+                    info = None
+            infos[asset] = info
+            checksums = (info or {}).get("checksums")
+            checksums = checksums if isinstance(checksums, dict) else {}
+            for suffix in suffixes:
+                expected = checksums.get(suffix)
+                found = parquet_problem(self._doc_file(asset, key, suffix), expected if isinstance(expected, str) else None)
+                if found:
+                    problems.append(found)
+        chunks, sub = infos["chunks"], infos["doc_subgraph"]
+        if chunks is not None and sub is not None:
+            if sub.get("content_hash") != chunks.get("content_hash"):
+                problems.append(f"{self._doc_file('doc_subgraph', key, '.json')} was extracted from content "
+                                f"{sub.get('content_hash')}, but {self._doc_file('chunks', key, '.json')} holds the chunks "
+                                f"of content {chunks.get('content_hash')}")
+            if method is not None and sub.get("method") != method:
+                problems.append(f"{self._doc_file('doc_subgraph', key, '.json')} was extracted with method "
+                                f"{sub.get('method')!r}, not {method!r}")
+        return problems
 
     def _read_many(self, files: list[Path], schema: dict) -> pl.DataFrame:
         files = [str(f) for f in files if f.exists()]
@@ -56,11 +171,20 @@ class Store:
         # DuckDB reads thousands of small Parquet files far faster than a Python loop
         for start in range(0, len(files), 2000):
             part = files[start : start + 2000]
-            rel = duckdb.sql(f"SELECT * FROM read_parquet({part!r}, union_by_name=true)")
-            frames.append(pl.from_arrow(rel.to_arrow_table()))
+            try:
+                rel = duckdb.sql(f"SELECT * FROM read_parquet({part!r}, union_by_name=true)")
+                frames.append(pl.from_arrow(rel.to_arrow_table()))
+            except duckdb.Error as exc:
+                _raise_damaged(part, exc)
+                raise
         return pl.concat(frames, how="vertical_relaxed").select(list(schema)).cast(schema)
 
+    def _valid(self, keys: list[str]) -> list[str]:
+        # a key that cannot name a file has no files: readers of many documents pass over it
+        return [k for k in keys if partition_key_problem(k) is None]
+
     def read_subgraphs(self, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        keys = self._valid(keys)
         ents = self._read_many([self._doc_file("doc_subgraph", k, ".entities.parquet") for k in keys], ENTITY_ROWS)
         rels = self._read_many([self._doc_file("doc_subgraph", k, ".relations.parquet") for k in keys], RELATION_ROWS)
         return ents, rels
@@ -71,6 +195,9 @@ class Store:
         folder = self.paths.doc_dir(asset)
         out = {}
         for key in keys:
+            if partition_key_problem(key) is not None:
+                out[key] = "invalid"
+                continue
             parts = []
             for suffix in suffixes:
                 try:
@@ -85,12 +212,12 @@ class Store:
         return self.signatures("doc_subgraph", keys, (".entities.parquet", ".relations.parquet"))
 
     def read_all_chunks(self, keys: list[str]) -> pl.DataFrame:
-        return self._read_many([self._doc_file("chunks", k, ".parquet") for k in keys], CHUNK_ROWS)
+        return self._read_many([self._doc_file("chunks", k, ".parquet") for k in self._valid(keys)], CHUNK_ROWS)
 
     def scan_all_chunks(self, keys: list[str]) -> pl.DataFrame:
         """What read_all_chunks returns (same rows, same order), read by polars' parallel multi-file
         scan: about 5x faster on thousands of small files (the search index reads them all)."""
-        files = [str(f) for f in (self._doc_file("chunks", k, ".parquet") for k in keys) if f.exists()]
+        files = [str(f) for f in (self._doc_file("chunks", k, ".parquet") for k in self._valid(keys)) if f.exists()]
         if not files:
             return pl.DataFrame(schema=CHUNK_ROWS)
         try:
@@ -189,7 +316,7 @@ class Store:
         path = self.paths.graph_dir / "communities.parquet"
         if not path.exists():
             raise FileNotFoundError("communities have not been materialized yet")
-        return pl.read_parquet(path)
+        return read_parquet(path)
 
     # -- reports ---------------------------------------------------------------------------------
     def write_report(self, report: CommunityReport) -> None:
@@ -209,3 +336,15 @@ class Store:
                 f.unlink(missing_ok=True)
                 removed += 1
         return removed
+
+
+def _raise_damaged(files: list[str], cause: BaseException) -> None:
+    """After a read of many Parquet files failed: raise DamagedFileError for the first damaged one
+    (a slow look at each file, only on this error path); return when none is (e.g. a schema clash)."""
+    for f in files:
+        try:
+            read_parquet(Path(f))
+        except DamagedFileError as exc:
+            raise exc from cause
+        except FileNotFoundError:
+            continue

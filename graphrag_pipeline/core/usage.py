@@ -22,6 +22,10 @@ class LLMUsage:
         return asdict(self)
 
 
+_TOTALS_SQL = ("SELECT coalesce(sum(calls),0), coalesce(sum(cache_hits),0), coalesce(sum(prompt_tokens),0),"
+               " coalesce(sum(completion_tokens),0) FROM llm_usage")
+
+
 class UsageLedger:
     """A running total of LLM usage per step, kept in the cache database (safe across processes)."""
 
@@ -57,8 +61,30 @@ class UsageLedger:
     def totals(self) -> LLMUsage:
         con = self._con()
         try:
-            row = con.execute("SELECT coalesce(sum(calls),0), coalesce(sum(cache_hits),0), coalesce(sum(prompt_tokens),0),"
-                              " coalesce(sum(completion_tokens),0) FROM llm_usage").fetchone()
+            row = con.execute(_TOTALS_SQL).fetchone()
         finally:
             con.close()
         return LLMUsage(*map(int, row))
+
+
+def read_usage_totals(path) -> LLMUsage:
+    """The ledger's totals, read without writing anything (no folder, file or table is created).
+    No database, or no ledger in it yet, means nothing was used: zeros. A file that cannot be read
+    raises OSError or sqlite3.DatabaseError, whose text says why."""
+    import sqlite3
+
+    from .cache import connect_read_only
+
+    try:
+        con = connect_read_only(path, timeout_s=10.0)
+    except FileNotFoundError:
+        return LLMUsage()
+    try:
+        row = con.execute(_TOTALS_SQL).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return LLMUsage()
+        raise
+    finally:
+        con.close()
+    return LLMUsage(*map(int, row))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..core.documents import CorpusFile, file_hash, scan_corpus
-from ..core.store import Store
+from ..core.store import DOC_TABLES, Store
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -89,14 +89,20 @@ def scan_states(corpus: Path, known: Mapping[str, list] | None = None) -> tuple[
 
 
 def stored_hash(store: Store, key: str, method: str) -> str | None:
-    """The content hash the last successful chunks + doc_subgraph materialization processed."""
-    chunks = store.chunk_info(key)
-    sub = store.subgraph_info(key)
-    if not chunks or not sub:
+    """The content hash the last successful chunks + doc_subgraph materialization processed; None
+    (the document is processed again) when its outputs are missing, damaged (see
+    Store.document_problems), made from different contents or with another method."""
+    if store.document_problems(key, method):
         return None
-    if sub.get("content_hash") != chunks.get("content_hash") or sub.get("method") != method:
+    try:
+        return (store.chunk_info(key) or {}).get("content_hash")
+    except (OSError, ValueError):  # changed since it was checked
         return None
-    return chunks.get("content_hash")
+
+
+# every output file of a document: when one of them changes (a rewrite, or damage), what its
+# outputs say is read (and checked) again
+OUTPUT_FILES = {asset: (".json", *tables) for asset, tables in DOC_TABLES.items()}
 
 
 def plan_sync(
@@ -111,7 +117,8 @@ def plan_sync(
     then a document is stale when its content differs from what its stored outputs say they
     processed. `cache` (the plan's `cache` from the last call) spares work on unchanged documents:
     a file with the same size and mtime keeps its hash, and stored outputs whose files have the same
-    size and mtime keep what they said; the result is the same as without it."""
+    size and mtime keep what they said; the result is the same as without it. Outputs whose files
+    changed are checked (Store.document_problems): a damaged document is stale."""
     cache = cache or {}
     known = previous or {k: v[:3] for k, v in cache.items()}
     files, states, errors = scan_states(corpus, known)
@@ -121,8 +128,8 @@ def plan_sync(
     stale = []
     new_cache: dict[str, list] = {}
     unseen = [k for k in states if not (previous or {}).get(k)]  # judged by their stored outputs
-    outputs = store.signatures("chunks", unseen, (".json",))
-    subgraphs = store.signatures("doc_subgraph", unseen, (".json",))
+    outputs = store.signatures("chunks", unseen, OUTPUT_FILES["chunks"])
+    subgraphs = store.signatures("doc_subgraph", unseen, OUTPUT_FILES["doc_subgraph"])
     for key, state in states.items():
         prev = (previous or {}).get(key)
         if prev:

@@ -14,14 +14,31 @@ import dagster as dg
 from ..core.chunking import chunk_text
 from ..core.documents import file_hash, read_document, scan_corpus
 from ..core.extraction import ChunkTask, ExtractionStats, extract_tasks
-from ..core.store import CHUNK_ROWS
+from ..core.storage import DamagedFileError
+from ..core.store import CHUNK_ROWS, partition_key_problem
 from ..core.subgraph import build_doc_subgraph
 from ..core.usage import UsageLedger
 from .metadata import md_table
 from .partitions import documents_partitions
 from .resources import LLMSettings, PipelineSettings
+from .stopping import stoppable
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+
+
+def _refuse_invalid_keys(keys: list[str]) -> None:
+    """Fail the run, before anything is written, when a partition key cannot name files inside the
+    home (e.g. "../x" or "/abs" added by hand in Dagster's UI): no retry can help."""
+    bad = [(k, p) for k in keys if (p := partition_key_problem(k)) is not None]
+    if not bad:
+        return
+    shown = "; ".join(f"{k!r}: {p}" for k, p in bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+    raise dg.Failure(
+        description=f"{len(bad)} of {len(keys)} partition keys are not valid document keys, so nothing was written "
+                    f"(invalid document partition key {shown}). No corpus file has such a key: delete these "
+                    "partitions of `documents` (a `graphrag-pipeline build` removes them).",
+        allow_retries=False,
+    )
 
 
 @dg.asset(
@@ -31,12 +48,14 @@ DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIA
     kinds={"polars", "parquet"},
     description="Token windows of each document (tiktoken cl100k_base); chunk id = hash of its text.",
 )
+@stoppable
 def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    keys = context.partition_keys
+    _refuse_invalid_keys(keys)
     store = settings.store()
     files = {f.key: f for f in scan_corpus(settings.corpus)}
     rows, skipped = [], []
     total_chunks = total_tokens = 0
-    keys = context.partition_keys
     for i, key in enumerate(keys, 1):
         f = files.get(key)
         if f is None:
@@ -44,7 +63,12 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             context.log.warning(f"{key}: file no longer in the corpus; skipped (its partition will be removed)")
             store.write_chunks(key, pl.DataFrame(schema=CHUNK_ROWS), {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0})
             continue
-        content_hash = file_hash(f.path)
+        try:
+            content_hash = file_hash(f.path)
+        except OSError as exc:  # gone or unreadable since the scan: its neighbours go on
+            skipped.append({"document": f.relpath, "reason": f"cannot read it: {exc.strerror or exc}"})
+            context.log.warning(f"{f.relpath}: cannot read it ({exc.strerror or exc}); skipped")
+            continue
         doc = read_document(f.path, settings.max_document_bytes)
         if doc.message:
             (context.log.warning if not doc.usable else context.log.info)(f"{f.relpath}: {doc.message}")
@@ -88,13 +112,19 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     retry_policy=DOC_RETRY,
     description="Entities and relations extracted from each document's chunks (cached per chunk hash).",
 )
+@stoppable
 def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
+    keys = context.partition_keys
+    _refuse_invalid_keys(keys)
     store = settings.store()
     method = settings.method
     client = llm.client(settings.paths.cache_db) if method != "fast" else None
-    keys = context.partition_keys
-    infos = {key: store.chunk_info(key) or {} for key in keys}
-    all_chunks = store.read_all_chunks(keys)  # one scan of the batch's files, not one read per document
+    try:
+        infos = {key: store.chunk_info(key) or {} for key in keys}
+        all_chunks = store.read_all_chunks(keys)  # one scan of the batch's files, not one read per document
+    except DamagedFileError as exc:
+        raise dg.Failure(description=f"{exc}: materialize `chunks` of this document again (a `graphrag-pipeline build` "
+                                     "does it)", allow_retries=False) from exc
     tasks = [ChunkTask(key, pos, cid, text) for key, pos, cid, text in
              all_chunks.select("doc_id", "position", "chunk_id", "text").sort("doc_id", "position").rows()]
     if client is not None:
@@ -158,6 +188,19 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     }
     if stats.failed_documents:
         failures = [{"document": k, "error": v} for k, v in stats.failed_documents.items()]
+        if stats.circuit_open:
+            # the endpoint is down: retrying the step would only pay the breaker again
+            left = stats.documents_left
+            stored = len(keys) - len(left)
+            raise dg.Failure(
+                description=f"{len(left)} of {len(keys)} documents could not be extracted and are left for the next build "
+                            f"({', '.join(left[:10])}{' ...' if len(left) > 10 else ''})"
+                            + (f"; the other {stored} were stored and will not be extracted again. " if stored else ". ")
+                            + stats.circuit_open,
+                metadata={**metadata, "not_attempted_chunks": stats.not_attempted, "endpoint_down": True,
+                          "failed": md_table(failures, ["document", "error"], width=200)},
+                allow_retries=False,
+            )
         raise dg.Failure(
             description=f"{len(failures)} of {len(keys)} documents could not be extracted (the LLM endpoint failed); "
                         f"the other {len(keys) - len(failures)} were stored and will not be extracted again. "

@@ -7,11 +7,13 @@ describes it in metadata. Declarative automation carries changes downstream.
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import dagster as dg
 import polars as pl
 
 from ..core.communities import update_communities
+from ..core.llm import LLMCircuitOpen
 from ..core.mentions import update_merged_graph
 from ..core.reports import CommunityReport, extractive_report
 from ..core.reports_llm import fits_budget, llm_report, report_generator
@@ -20,10 +22,21 @@ from ..core.summaries import summarise_long_descriptions
 from ..core.usage import LLMUsage, UsageLedger
 from .document_assets import doc_subgraph
 from .metadata import md_table
-from .partitions import community_partitions, documents_partitions
+from .partitions import community_partitions, document_keys
 from .resources import LLMSettings, PipelineSettings
+from .stopping import stoppable
 
 EAGER = dg.AutomationCondition.eager()
+
+
+@contextmanager
+def endpoint_down_fails_the_step():
+    """A dead LLM endpoint (its circuit breaker open) fails the step without Dagster's retries: each
+    retry would pay the breaker's calls again. The CLI sees `endpoint_down` and stops the build."""
+    try:
+        yield
+    except LLMCircuitOpen as exc:
+        raise dg.Failure(description=str(exc), metadata={"endpoint_down": True}, allow_retries=False) from None
 
 
 def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
@@ -40,12 +53,14 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     automation_condition=EAGER,
     description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
 )
+@stoppable
 def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
-    keys = context.instance.get_dynamic_partitions(documents_partitions.name)
+    keys = document_keys(context.instance)
     merged = update_merged_graph(store, keys)
     client = llm.client(settings.paths.cache_db) if settings.method != "fast" else None
-    nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, client, language=llm.language)
+    with endpoint_down_fails_the_step():
+        nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, client, language=llm.language)
     usage = client.usage_snapshot() if client else LLMUsage()
     UsageLedger(settings.paths.cache_db).record("knowledge_graph", usage)
     if summary.failed:
@@ -81,6 +96,7 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
     automation_condition=EAGER,
     description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",
 )
+@stoppable
 def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("knowledge_graph")
@@ -88,7 +104,8 @@ def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings
     client = llm.client(settings.paths.cache_db) if settings.method != "fast" and llm.use_for_resolution else None
     judge = LLMJudge(client) if client else None
     judge_id = f"llm:{client.model}" if client else "offline"
-    result = resolve_incremental(nodes, edges, state, judge=judge, judge_id=judge_id)
+    with endpoint_down_fails_the_step():
+        result = resolve_incremental(nodes, edges, state, judge=judge, judge_id=judge_id)
     usage = client.usage_snapshot() if client else LLMUsage()
     UsageLedger(settings.paths.cache_db).record("resolved_graph", usage)
     store.write_graph("resolved_graph", result.nodes, result.edges)
@@ -121,6 +138,7 @@ class CommunitiesConfig(dg.Config):
     description="Hierarchical Leiden communities (all levels), kept stable across builds: only the changed "
                 "frontier of the graph moves; one `communities` partition per reportable community.",
 )
+@stoppable
 def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, config: CommunitiesConfig) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
@@ -198,6 +216,7 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
     automation_condition=dg.AutomationCondition.on_missing() & ~dg.AutomationCondition.any_deps_in_progress(),
     description="One report per community, regenerated only when the community's content (fingerprint) changes.",
 )
+@stoppable
 def community_reports(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
@@ -248,11 +267,14 @@ def community_reports(context: dg.AssetExecutionContext, settings: PipelineSetti
                     fallbacks.append({"community": cid, "reason": fallback})
                     context.log.warning(f"report of {cid}: LLM answer unusable ({fallback}); extractive report written instead")
             context.log.info(f"reports: {len(written)}/{len(keys)} written")
-    except BaseException:
+    except BaseException as exc:
         # run terminated or endpoint failed: stop all LLM work now; finished reports stay stored
         if client is not None:
             client.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(exc, LLMCircuitOpen):
+            with endpoint_down_fails_the_step():
+                raise
         raise
     pool.shutdown()
     if missing:

@@ -15,8 +15,9 @@ from ..core.mentions import all_chunks
 from .document_assets import chunks
 from .graph_assets import EAGER, communities, community_reports, resolved_graph
 from .metadata import md_table
-from .partitions import documents_partitions
+from .partitions import document_keys
 from .resources import LLMSettings, PipelineSettings
+from .stopping import stoppable
 
 
 class SearchIndexConfig(dg.Config):
@@ -60,6 +61,7 @@ def _incomplete(message: str, verdict) -> dg.Failure:
     description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool. "
                 "Published by delta (only changed rows are written) or rebuilt whole; verified complete before it is published.",
 )
+@stoppable
 def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings,
                  config: SearchIndexConfig) -> dg.MaterializeResult:
     started = time.perf_counter()
@@ -73,7 +75,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         verdict = missing_reports_completeness(missing, len(reports) + len(missing))
         raise _incomplete(f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
                           f"(first: {', '.join(missing[:5])})", verdict)
-    doc_keys = context.instance.get_dynamic_partitions(documents_partitions.name)
+    doc_keys = document_keys(context.instance)
     chunk_df = all_chunks(store, doc_keys)
     client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
     if llm.embedding_model != "hashing" and client is None:
@@ -120,6 +122,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
                 "the version that delta starts from; otherwise changed records written and vanished ones deleted by content hash; "
                 "a full rebuild swaps the alias atomically.",
 )
+@stoppable
 def elasticsearch_index(context: dg.AssetExecutionContext, settings: PipelineSettings, config: ElasticsearchConfig) -> dg.MaterializeResult:
     cfg = EsConfig.from_env(settings.home)
     if cfg is None:

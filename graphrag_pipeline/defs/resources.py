@@ -43,8 +43,8 @@ class PipelineSettings(dg.ConfigurableResource):
     """Where the corpus and all state live, and how documents are processed."""
 
     home: str
-    corpus_dir: str
-    method: str = "fast"
+    corpus_dir: str  # the corpus asked for (GRAPHRAG_CORPUS); a built home's own record wins, see `corpus`
+    requested_method: str = "fast"  # GRAPHRAG_METHOD; a built home's own record wins, see `method`
     chunk_tokens: int = 2000
     chunk_overlap: int = 100
     max_document_bytes: int = 20 * 1024 * 1024
@@ -55,9 +55,22 @@ class PipelineSettings(dg.ConfigurableResource):
     def paths(self) -> Paths:
         return Paths(Path(self.home))
 
+    def _record(self):
+        from ..core.home import read_home_record
+
+        return read_home_record(Path(self.home))
+
     @property
     def corpus(self) -> Path:
-        return Path(self.corpus_dir)
+        """The corpus this home was built from (its record), else the one asked for."""
+        record = self._record()
+        return Path(record.corpus) if record else Path(self.corpus_dir)
+
+    @property
+    def method(self) -> str:
+        """The extraction method this home was built with (its record), else the one asked for."""
+        record = self._record()
+        return record.method if record else self.requested_method
 
     def store(self) -> Store:
         return Store(self.paths)
@@ -142,7 +155,7 @@ def settings_from_env() -> PipelineSettings:
     return PipelineSettings(
         home=dg.EnvVar("GRAPHRAG_HOME"),
         corpus_dir=dg.EnvVar("GRAPHRAG_CORPUS"),
-        method=dg.EnvVar("GRAPHRAG_METHOD"),
+        requested_method=dg.EnvVar("GRAPHRAG_METHOD"),
         chunk_tokens=dg.EnvVar.int("GRAPHRAG_CHUNK_TOKENS"),
         chunk_overlap=dg.EnvVar.int("GRAPHRAG_CHUNK_OVERLAP"),
         max_document_bytes=dg.EnvVar.int("GRAPHRAG_MAX_DOCUMENT_BYTES"),

@@ -13,6 +13,14 @@ from .resources import PipelineSettings
 CURSOR_VERSION = 1
 
 
+def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> str | None:
+    """An empty corpus (an unmounted drive, a wrong path) never empties a built knowledge base here."""
+    if plan.states or not existing:
+        return None
+    return (f"the corpus {settings.corpus} has no documents: refusing to remove all {len(existing)} documents of "
+            "this knowledge base; fix the corpus, or run `graphrag-pipeline build --allow-empty` to empty it")
+
+
 def _requests(plan, reason: str) -> list[dg.RunRequest]:
     requests = [
         dg.RunRequest(job_name=documents_job.name, tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))})
@@ -37,6 +45,8 @@ def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSetting
     plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous)
     for key, err in plan.errors.items():
         context.log.warning(f"cannot read {err}")
+    if refusal := _refuse_emptying(plan, existing, settings):
+        return dg.SensorResult(skip_reason=refusal)
     new_cursor = json.dumps({"v": CURSOR_VERSION, "files": {k: s.to_list() for k, s in plan.states.items()}}, sort_keys=True)
     if not plan.changed:
         return dg.SensorResult(cursor=new_cursor, skip_reason=f"{len(plan.states)} documents, none new or changed")
@@ -63,6 +73,8 @@ def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSet
     instance = context.instance
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous=None)
+    if refusal := _refuse_emptying(plan, existing, settings):
+        return dg.SkipReason(refusal)
     if plan.to_add:
         instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
     for key in plan.to_delete:

@@ -6,10 +6,10 @@
         print(result.to_dict())
 """
 
-from .index import DuckDBIndex, IndexNotFoundError, open_index
+from .index import DuckDBIndex, IndexNotFoundError, IndexUnreadableError, open_index
 from .search import QueryResult, SearchParams, global_search, local_search, naive_search, query
 
 __all__ = [
-    "DuckDBIndex", "IndexNotFoundError", "open_index", "QueryResult", "SearchParams",
+    "DuckDBIndex", "IndexNotFoundError", "IndexUnreadableError", "open_index", "QueryResult", "SearchParams",
     "local_search", "global_search", "naive_search", "query",
 ]

@@ -17,6 +17,10 @@ class IndexNotFoundError(FileNotFoundError):
     pass
 
 
+class IndexUnreadableError(IndexNotFoundError):
+    """The index file exists but cannot be opened as a search index (damaged, or not readable)."""
+
+
 def index_embedder(meta: dict, dim: int, client=None):
     """The embedder an index was built with (the endpoint's model needs an LLM client)."""
     model = meta.get("embedding_model", "hashing")
@@ -39,8 +43,18 @@ class DuckDBIndex:
             raise IndexNotFoundError(
                 f"no search index at {self.path}: run `graphrag-pipeline build` first (GRAPHRAG_HOME={self.path.parent.parent})"
             )
-        self.con = duckdb.connect(str(self.path), read_only=True)
-        self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
+        # read_only: no lock file, WAL or temp folder is written, so a read-only home is enough
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=True)
+        except (duckdb.Error, OSError) as exc:
+            raise IndexUnreadableError(f"the search index at {self.path} cannot be read ({exc}): run "
+                                       "`graphrag-pipeline build` to repair it") from None
+        try:
+            self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
+        except (duckdb.Error, ValueError) as exc:
+            self.con.close()
+            raise IndexUnreadableError(f"the search index at {self.path} cannot be read ({exc}): run "
+                                       "`graphrag-pipeline build` to repair it") from None
         self.dim = int(self.meta.get("embedding_dim", 0))
         self._memory: dict[str, tuple] = {}
         self._pool = None

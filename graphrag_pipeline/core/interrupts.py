@@ -1,0 +1,67 @@
+"""Stopping a build on SIGINT / SIGTERM.
+
+`graphrag-pipeline build` runs Dagster in its own process. While a run executes, Dagster installs its
+own signal handlers (an interrupt inside a step raises there, and a step with a retry policy is
+then retried - right for a preempted worker, wrong for a user pressing Ctrl-C). So the build
+watches signals through the wakeup file descriptor, which Python writes whatever handler is
+installed: `requested()` says, anywhere in the process, that a stop was asked for, and the steps
+turn their interruption into a failure without retries. Outside runs the handler raises `Stop`.
+
+Nothing here is active unless `install()` was called (the CLI does); runs started by the Dagster UI
+or daemon are stopped by Dagster's own termination.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_STATE: dict = {"pipe": None, "received": None, "old_fd": -1, "old_handlers": {}}
+
+
+class Stop(Exception):
+    def __init__(self, signo: int):
+        self.signo = signo
+        super().__init__(signal.Signals(signo).name)
+
+
+def _handler(signo, _frame) -> None:
+    _STATE["received"] = signo
+    raise Stop(signo)
+
+
+def install() -> None:
+    """Watch SIGINT and SIGTERM from now on (main thread only)."""
+    if _STATE["pipe"] is not None:
+        return
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    _STATE.update(pipe=(r, w), received=None)
+    _STATE["old_fd"] = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    _STATE["old_handlers"] = {s: signal.signal(s, _handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def uninstall() -> None:
+    if _STATE["pipe"] is None:
+        return
+    signal.set_wakeup_fd(_STATE["old_fd"])
+    for s, h in _STATE["old_handlers"].items():
+        signal.signal(s, h)
+    for fd in _STATE["pipe"]:
+        os.close(fd)
+    _STATE.update(pipe=None, received=None, old_fd=-1, old_handlers={})
+
+
+def requested() -> int | None:
+    """The signal that asked this process to stop, if one did (None when not installed)."""
+    if _STATE["pipe"] is None:
+        return None
+    try:
+        data = os.read(_STATE["pipe"][0], 512)
+    except BlockingIOError:
+        data = b""
+    for b in data:
+        if b in (signal.SIGINT, signal.SIGTERM):
+            _STATE["received"] = b
+    return _STATE["received"]

@@ -1,0 +1,179 @@
+"""Every setting checked up front, one clear line per invalid variable (no Dagster import).
+
+    problems = check_settings(os.environ)   # [] when everything is usable
+
+An unset or empty variable means its default and is always fine. Each line names the variable,
+the value given and what is allowed, e.g.
+``GRAPHRAG_MAX_CLUSTER_SIZE='0': must be a whole number >= 2 (default 12)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping
+from urllib.parse import urlsplit
+
+METHODS = ("fast", "light", "general")
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+_MAX_INT = 2**31 - 1  # native code (Leiden, SQLite busy timeouts...) takes 32-bit integers
+
+# name -> (smallest allowed, default shown in the message)
+_INTS: dict[str, tuple[int, str]] = {
+    "GRAPHRAG_CHUNK_TOKENS": (100, "2000"),
+    "GRAPHRAG_CHUNK_OVERLAP": (0, "100"),
+    "GRAPHRAG_MAX_DOCUMENT_BYTES": (1, "20971520"),
+    "GRAPHRAG_MAX_CLUSTER_SIZE": (2, "12"),
+    "GRAPHRAG_MAX_CONCURRENT_CHATS": (1, "10"),
+    "GRAPHRAG_LLM_TIMEOUT": (1, "120 seconds"),
+    "GRAPHRAG_LLM_MAX_RETRIES": (0, "5"),
+    "GRAPHRAG_LLM_BREAKER": (0, "3; 0 = never"),
+    "GRAPHRAG_MAX_GLEANINGS": (-1, "-1 = the method's default"),
+}
+_BOOLS = {"GRAPHRAG_LLM_RESOLUTION": "true", "GRAPHRAG_LLM_REPORTS": "true", "GRAPHRAG_ES_VERIFY_CERTS": "true"}
+# free text: any value is usable (documented here so that every variable of the README is covered)
+FREE_TEXT = ("GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL", "GRAPHRAG_LANGUAGE", "GRAPHRAG_ES_API_KEY",
+             "GRAPHRAG_ES_USERNAME", "GRAPHRAG_ES_PASSWORD", "OPENAI_API_KEY")
+
+
+def _value(env: Mapping[str, str], name: str) -> str | None:
+    """The value as given, or None when unset or blank (= the default)."""
+    raw = env.get(name)
+    if raw is None or not str(raw).strip():
+        return None
+    return str(raw)
+
+
+def _show(raw: str) -> str:
+    return repr(raw if len(raw) <= 80 else raw[:77] + "...")
+
+
+def _parse_int(raw: str) -> int | None:
+    text = raw.strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        return None
+    return int(text)
+
+
+def _check_int(env: Mapping[str, str], name: str, lo: int, default: str, hi: int | None = None,
+               allowed: str | None = None) -> tuple[str | None, int | None]:
+    raw = _value(env, name)
+    if raw is None:
+        return None, None
+    hi = _MAX_INT if hi is None else hi
+    n = _parse_int(raw)
+    if n is None or n < lo or n > hi:
+        if allowed is None:
+            allowed = f"a whole number >= {lo}" if hi == _MAX_INT else f"a whole number from {lo} to {hi}"
+            if n is not None and n > hi == _MAX_INT:
+                allowed = f"a whole number from {lo} to {hi}"
+        return f"{name}={_show(raw)}: must be {allowed} (default {default})", None
+    return None, n
+
+
+def _check_url(name: str, raw: str, what: str) -> str | None:
+    try:
+        parts = urlsplit(raw.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+    except ValueError as exc:
+        return f"{name}: not a valid URL ({exc}); expected {what}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = parts._replace(netloc=parts.hostname or "").geturl() if (parts.username or parts.password) else raw.strip()
+        return f"{name}={_show(shown)}: must be an http:// or https:// URL with a host, e.g. {what}"
+    return None
+
+
+def _es_index_problem(name: str) -> str | None:
+    if name in (".", ".."):
+        return "cannot be . or .."
+    if name != name.lower():
+        return "must be lower case"
+    if name[0] in "-_+":
+        return "cannot start with -, _ or +"
+    bad = sorted(set(name) & set('\\/*?"<>| ,#:'))
+    if bad:
+        return "cannot contain " + " ".join(bad)
+    if len(name.encode("utf-8")) > 255:
+        return "is longer than 255 bytes"
+    return None
+
+
+def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = True) -> list[str]:
+    """One human-readable line per invalid variable (name, value, what is allowed); [] when all
+    are usable. ``check_paths``: also look at the file system (GRAPHRAG_HOME and GRAPHRAG_CORPUS
+    must be folders when they exist, GRAPHRAG_ES_CA_CERTS an existing file)."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+
+    def add(line: str | None) -> None:
+        if line:
+            problems.append(line)
+
+    method = _value(env, "GRAPHRAG_METHOD")
+    if method is not None and method.strip().lower() not in METHODS:
+        add(f"GRAPHRAG_METHOD={_show(method)}: must be one of {', '.join(METHODS)} "
+            "(default light when OPENAI_API_KEY is set, else fast)")
+
+    values: dict[str, int | None] = {}
+    for name, (lo, default) in _INTS.items():
+        if name == "GRAPHRAG_CHUNK_OVERLAP":
+            continue
+        line, values[name] = _check_int(env, name, lo, default)
+        add(line)
+    tokens = values.get("GRAPHRAG_CHUNK_TOKENS") or 2000
+    # overlap must stay below half a chunk (the chunker would silently cut a larger one down)
+    most = max(0, (tokens - 1) // 2)
+    line, _ = _check_int(env, "GRAPHRAG_CHUNK_OVERLAP", 0, "100", hi=most,
+                         allowed=f"a whole number >= 0 and less than half of GRAPHRAG_CHUNK_TOKENS ({tokens}), "
+                                 f"so at most {most}")
+    add(line)
+
+    for name, default in _BOOLS.items():
+        raw = _value(env, name)
+        if raw is not None and raw.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
+            add(f"{name}={_show(raw)}: must be true or false (also 1/0, yes/no, on/off; default {default})")
+
+    types = _value(env, "GRAPHRAG_ENTITY_TYPES")
+    if types is not None and not [t for t in types.split(",") if t.strip()]:
+        add(f"GRAPHRAG_ENTITY_TYPES={_show(types)}: must name at least one entity type, comma-separated "
+            "(default organization,person,geo,event,category)")
+
+    for name in ("GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL", "GRAPHRAG_LANGUAGE"):
+        raw = _value(env, name)
+        if raw is not None and raw != raw.strip():
+            add(f"{name}={_show(raw)}: has leading or trailing spaces")
+
+    es_url = _value(env, "GRAPHRAG_ES_URL")
+    if es_url is not None:
+        add(_check_url("GRAPHRAG_ES_URL", es_url, "http://127.0.0.1:9200"))
+    base_url = _value(env, "OPENAI_BASE_URL")
+    if base_url is not None:
+        add(_check_url("OPENAI_BASE_URL", base_url, "http://127.0.0.1:8000/v1"))
+    alias = _value(env, "GRAPHRAG_ES_INDEX")
+    if alias is not None:
+        why = _es_index_problem(alias.strip())
+        if why:
+            add(f"GRAPHRAG_ES_INDEX={_show(alias)}: {why} (an Elasticsearch index/alias name; "
+                "default graphrag-<hash of GRAPHRAG_HOME>)")
+    if _value(env, "GRAPHRAG_ES_PASSWORD") is not None and _value(env, "GRAPHRAG_ES_USERNAME") is None:
+        user_in_url = bool(es_url) and not _check_url("GRAPHRAG_ES_URL", es_url, "") and bool(urlsplit(es_url.strip()).username)
+        if not user_in_url:
+            add("GRAPHRAG_ES_PASSWORD is set but GRAPHRAG_ES_USERNAME is not (nor a user in GRAPHRAG_ES_URL)")
+
+    if check_paths:
+        for name in ("GRAPHRAG_HOME", "GRAPHRAG_CORPUS"):
+            raw = _value(env, name)
+            if raw is not None:
+                path = os.path.expanduser(raw.strip())
+                if os.path.exists(path) and not os.path.isdir(path):
+                    add(f"{name}={_show(raw)}: exists but is not a folder")
+        ca = _value(env, "GRAPHRAG_ES_CA_CERTS")
+        if ca is not None and not os.path.isfile(os.path.expanduser(ca.strip())):
+            add(f"GRAPHRAG_ES_CA_CERTS={_show(ca)}: no such file (a CA bundle in PEM format; default: the system store)")
+    return problems
+
+
+def describe_problems(problems: list[str]) -> str:
+    """The lines as one message (for an exception or a log record)."""
+    return "invalid settings:\n" + "\n".join(f"  {p}" for p in problems)

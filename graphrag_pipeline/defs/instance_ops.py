@@ -1,0 +1,99 @@
+"""Keeping the Dagster instance of a home usable after crashes: runs whose process is gone, pool
+slots they still hold, and a bounded, visible wait for a slot of the `llm` pool."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import dagster as dg
+
+CLI_TAG = "graphrag/cli"  # runs started by `graphrag-pipeline build` (in its own process)
+PID_TAG = "graphrag/pid"
+HOST_TAG = "graphrag/host"
+LLM_POOL = "llm"
+
+_IN_PROGRESS = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING,
+                dg.DagsterRunStatus.NOT_STARTED]
+
+
+def cli_run_tags() -> dict[str, str]:
+    return {CLI_TAG: "build", PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_dead_runs(instance: dg.DagsterInstance, *, home_locked: bool = True) -> list[str]:
+    """Mark failed the runs a `build` process left in progress when it died (kill -9, power loss) and
+    free the pool slots they hold; free the slots of any run that is no longer in progress.
+
+    With the home's build lock held no other build of this home runs, so an in-progress build run of
+    this host whose process is gone (or is not a build any more) is dead. Runs started elsewhere (the
+    UI, the daemon) are left to Dagster's run monitoring. Returns one message per repair."""
+    messages = []
+    host = socket.gethostname()
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS)):
+        tags = run.tags
+        if tags.get(CLI_TAG) != "build" or tags.get(HOST_TAG) != host:
+            continue
+        pid = int(tags.get(PID_TAG) or 0)
+        if pid == os.getpid() or (not home_locked and pid and _alive(pid)):
+            continue
+        reason = f"the build process that ran it (pid {pid}) is gone"
+        instance.report_run_failed(run, message=f"Marked failed by a later build: {reason}.")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        messages.append(f"run {run.run_id[:8]} ({run.job_name}) was left in progress: {reason}; marked failed, "
+                        f"its pool slots freed")
+    storage = instance.event_log_storage
+    try:
+        holders = storage.get_concurrency_run_ids()
+    except NotImplementedError:
+        holders = set()
+    for run_id in sorted(holders):
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.status not in _IN_PROGRESS:
+            storage.free_concurrency_slots_for_run(run_id)
+            messages.append(f"pool slots held by run {run_id[:8]}, which is no longer running, were freed")
+    return messages
+
+
+def pool_holders(instance: dg.DagsterInstance, pool: str = LLM_POOL) -> tuple[int, list[str]]:
+    """(free slots, run ids holding slots) of a pool; free is -1 when the pool has no limit."""
+    storage = instance.event_log_storage
+    try:
+        info = storage.get_concurrency_info(pool)
+    except NotImplementedError:
+        return -1, []
+    limit = info.slot_count or instance.global_op_concurrency_default_limit
+    if not limit:
+        return -1, []
+    holders = sorted({slot.run_id for slot in info.claimed_slots})
+    return max(0, limit - len(info.claimed_slots)), holders
+
+
+def wait_for_pool(instance: dg.DagsterInstance, pool: str = LLM_POOL, *, timeout_s: float = 600.0, say=print) -> None:
+    """Wait (sleeping, interruptible) until `pool` has a free slot, saying once which runs hold it;
+    raise TimeoutError with that explanation after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    announced = False
+    while True:
+        free, holders = pool_holders(instance, pool)
+        if free != 0:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no slot of the '{pool}' pool became free in {timeout_s:.0f}s; it is held by run(s) "
+                               f"{', '.join(h[:8] for h in holders)} (see the Dagster UI); try again later")
+        if not announced:
+            say(f"  waiting for a slot of the '{pool}' pool, held by run(s) {', '.join(h[:8] for h in holders)} "
+                f"(at most {timeout_s:.0f}s; Ctrl-C stops)")
+            announced = True
+        time.sleep(1.0)

@@ -1,0 +1,36 @@
+"""Asset bodies stop for good when the build was asked to stop (see core/interrupts.py).
+
+Dagster retries an interrupted step that has a retry policy; after SIGINT/SIGTERM to a CLI build the
+interruption becomes a failure without retries, every LLM client of the process is cancelled, and a
+step that has not started yet does not start."""
+
+from __future__ import annotations
+
+import functools
+import signal
+
+import dagster as dg
+
+from ..core import interrupts
+from ..core.llm import cancel_all_clients
+
+
+def _stopped(signo: int) -> dg.Failure:
+    cancel_all_clients()
+    return dg.Failure(description=f"stopped by {signal.Signals(signo).name}", allow_retries=False,
+                      metadata={"stopped_by": signal.Signals(signo).name})
+
+
+def stoppable(fn):
+    @functools.wraps(fn)
+    def body(*args, **kwargs):
+        if signo := interrupts.requested():
+            raise _stopped(signo)
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            if signo := interrupts.requested():
+                raise _stopped(signo) from None
+            raise
+
+    return body

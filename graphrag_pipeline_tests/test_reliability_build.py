@@ -1,0 +1,216 @@
+"""Crashes, signals, concurrent builds, damaged state and the home's own settings, through real
+processes: a build killed twice, stopped by SIGTERM/SIGINT, started twice at once, or run against
+another corpus never wedges or silently shrinks a knowledge base."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from graphrag_pipeline_tests.conftest import cli, cli_json
+from graphrag_pipeline_tests.fake_llm import FakeLLM
+from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(home: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHRAG_", "OPENAI_", "DAGSTER_"))}
+    env.update(GRAPHRAG_HOME=str(home), **extra)
+    return env
+
+
+def _spawn(home: Path, corpus: Path, *args: str, **env: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "graphrag_pipeline.cli", "build", "--corpus", str(corpus), *args]
+    return subprocess.Popen(cmd, env=_env(home, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def slow_llm(home, corpus, monkeypatch):
+    """A chat model that takes 2 s per answer, so a build is surely in the middle of LLM calls."""
+    fake = FakeLLM()
+    with ScriptedLLMServer(lambda body: Reply(text=fake(body), delay_s=2.0)) as server:
+        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test-key", "GRAPHRAG_LLM_MODEL": "fake-model",
+               "GRAPHRAG_LLM_TIMEOUT": "30"}
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        yield server, env
+
+
+def _instance(home: Path) -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_config(str(home / "dagster"))
+
+
+def _in_progress(inst) -> list:
+    return list(inst.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING,
+                                                               dg.DagsterRunStatus.CANCELING])))
+
+
+def test_a_build_killed_twice_during_extraction_is_recovered_by_the_next(home, corpus, slow_llm):
+    server, env = slow_llm
+    for _ in range(2):
+        seen = server.chat_count
+        p = _spawn(home, corpus, "--method", "light", **env)
+        _wait_for(lambda: server.chat_count > seen)  # extraction has started: LLM calls are in flight
+        p.kill()
+        p.wait(timeout=30)
+    inst = _instance(home)
+    assert _in_progress(inst), "the killed builds left their runs in progress"
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert "recovered:" in out and "marked failed" in out
+    inst = _instance(home)
+    assert not _in_progress(inst)
+    assert not inst.event_log_storage.get_concurrency_run_ids()  # no pool slot left held
+    assert cli_json("stats", "--json")["community_reports"] > 0
+
+
+@pytest.mark.parametrize("signo,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_build_quickly_and_the_next_build_completes(home, corpus, slow_llm, signo, status):
+    server, env = slow_llm
+    p = _spawn(home, corpus, "--method", "light", **env)
+    _wait_for(lambda: server.chat_count > 0)
+    started = time.monotonic()
+    p.send_signal(signo)
+    out, err = p.communicate(timeout=60)
+    assert time.monotonic() - started < 10, "the build did not stop within seconds"
+    assert p.returncode == status, out + err
+    assert f"stopped by {signal.Signals(signo).name}" in err
+    inst = _instance(home)
+    assert not _in_progress(inst)
+    runs = inst.get_runs(limit=1)
+    assert runs[0].status == dg.DagsterRunStatus.CANCELED
+    assert not inst.event_log_storage.get_concurrency_run_ids()
+    assert not list(home.rglob(".*.tmp")) or True  # leftovers are removed by the next build (below)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert not list(home.rglob(".*.tmp"))
+
+
+def test_two_builds_at_once_on_a_new_home(home, corpus):
+    first = _spawn(home, corpus, "--method", "fast")
+    second = _spawn(home, corpus, "--method", "fast")
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    codes = sorted(p.returncode for p in (first, second))
+    assert codes in ([0, 0], [0, 75]), outs
+    if codes == [0, 75]:
+        assert any("another build is running on this home" in err for _, err in outs)
+    # with --wait both complete, one after the other, and the home stays usable
+    both = [_spawn(home, corpus, "--method", "fast", "--wait") for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in both]
+    assert [p.returncode for p in both] == [0, 0], outs
+    stats = cli_json("stats", "--json")
+    assert stats["documents"] == 7 and stats["community_reports"] > 0
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0 and "everything is up to date" in out, out
+
+
+@pytest.fixture
+def built(home, corpus):
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    return cli_json("stats", "--json")
+
+
+def _counts() -> dict:
+    stats = cli_json("stats", "--json")
+    return {k: stats[k] for k in ("documents", "entities", "relations", "community_reports")}
+
+
+@pytest.mark.parametrize("damage", ["delete index", "garble index", "delete graph", "truncate graph", "delete report"])
+def test_damaged_whole_corpus_outputs_are_repaired_by_the_next_build(built, home, corpus, damage):
+    before = _counts()
+    index = home / "index" / "search_index.duckdb"
+    graph = home / "graph" / "resolved_graph.nodes.parquet"
+    if damage == "delete index":
+        index.unlink()
+    elif damage == "garble index":
+        index.write_bytes(b"not a database" * 100)
+    elif damage == "delete graph":
+        graph.unlink()
+    elif damage == "truncate graph":
+        graph.write_bytes(graph.read_bytes()[:100])
+    else:
+        next((home / "reports").glob("*.json")).unlink()
+    code, out = cli("verify")
+    assert code == 1 and "problem:" in out, out
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    assert "repairing:" in out and "everything is up to date" not in out
+    assert _counts() == before
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out
+    assert cli_json("query", "Who sailed with Charles Darwin on HMS Beagle?", "--json")["entities"]
+
+
+def test_the_home_keeps_its_corpus_and_method(built, home, corpus, tmp_path, monkeypatch):
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "data" / "corpus", other)
+    (other / "darwin_and_wallace.txt").unlink()
+    # another corpus on the command line is refused; from the environment it gives way to the home's
+    code, out = cli("build", "--corpus", str(other), "--method", "fast")
+    assert code == 2
+    monkeypatch.setenv("GRAPHRAG_CORPUS", str(other))
+    monkeypatch.setenv("GRAPHRAG_METHOD", "light")
+    code, out = cli("build")
+    assert code == 0 and "using this home's corpus" in out and "everything is up to date" in out, out
+    assert _counts()["documents"] == 7
+    # so does the sensor (what `dagster dev` without the build's environment would run)
+    from graphrag_pipeline.definitions import defs
+
+    inst = _instance(home)
+    sensor = defs.resolve_sensor_def("corpus_sensor")
+    with dg.build_sensor_context(instance=inst, resources={"settings": defs.resources["settings"]}) as ctx:
+        result = sensor(ctx)
+    removals = [r for r in (result.dynamic_partitions_requests or []) if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+    assert not removals
+    # another method on the command line is refused too
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 2
+    # switching is explicit
+    code, out = cli("build", "--corpus", str(other), "--method", "fast", "--switch-corpus")
+    assert code == 0, out
+    assert _counts()["documents"] == 6
+
+
+def test_an_empty_corpus_does_not_empty_a_built_home(built, home, corpus):
+    for f in list(corpus.iterdir()):
+        f.unlink()
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 2
+    assert _counts()["documents"] == 7
+    from graphrag_pipeline.definitions import defs
+
+    inst = _instance(home)
+    sensor = defs.resolve_sensor_def("corpus_sensor")
+    with dg.build_sensor_context(instance=inst, resources={"settings": defs.resources["settings"]}) as ctx:
+        result = sensor(ctx)
+    assert not result.run_requests and "refusing" in (result.skip_reason.skip_message if result.skip_reason else "")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast", "--allow-empty")
+    assert code == 0, out
+
+
+def test_settings_are_checked_before_anything_runs(home, corpus, monkeypatch, capsys):
+    monkeypatch.setenv("GRAPHRAG_METHOD", "bogus")
+    monkeypatch.setenv("GRAPHRAG_MAX_CLUSTER_SIZE", "0")
+    code, _ = cli("build", "--corpus", str(corpus))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "GRAPHRAG_METHOD" in err and "GRAPHRAG_MAX_CLUSTER_SIZE" in err
+    assert not (home / "dagster" / "runs.db").exists()

@@ -87,6 +87,12 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         raise interrupts.Stop(signo)
     ok = result.success
     events = result.get_asset_materialization_events()
+    notices = [n for ev in events if "notices" in ev.event_specific_data.materialization.metadata
+               for n in ev.event_specific_data.materialization.metadata["notices"].value]
+    for n in notices[:20]:
+        _say(f"  warning: {n['document']}: {n['note']}")
+    if len(notices) > 20:
+        _say(f"  warning: ... and {len(notices) - 20} more skipped or truncated documents (see the chunks metadata)")
     causes: dict[str, str] = {}
     for ev in result.all_events:
         if ev.event_type in (dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_FAILURE):
@@ -101,7 +107,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
                 causes[ev.step_key] = message
     for step in result.get_step_failure_events():
         err = step.event_specific_data.error
-        message = causes.get(step.step_key) or (err.message.strip() if err else "unknown error")
+        message = _plain_error(causes.get(step.step_key) or (err.message.strip() if err else "unknown error"))
         _say(f"  FAILED {step.step_key}: {message}")
         failure = getattr(step.event_specific_data, "user_failure_data", None)
         if failure is not None and (failure.metadata or {}).get("endpoint_down"):
@@ -119,6 +125,18 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     if passed:
         _say(f"  checks passed: {', '.join(passed)}")
     return ok, events
+
+
+def _plain_error(message: str) -> str:
+    """A step's error as a person should read it: a full disk or a read-only folder said as such."""
+    low = message.lower()
+    if "no space left" in low or "disk is full" in low:
+        return f"disk full (no space left on the device of {os.environ.get('GRAPHRAG_HOME', 'the home')}): {message}"
+    if "disk i/o error" in low:
+        return f"the disk of {os.environ.get('GRAPHRAG_HOME', 'the home')} failed a write (most often: it is full): {message}"
+    if "read-only file system" in low or "permission denied" in low:
+        return f"cannot write to {os.environ.get('GRAPHRAG_HOME', 'the home')} (read-only or not permitted): {message}"
+    return message
 
 
 def _describe(events: list, keys: tuple[str, ...]) -> str:

@@ -180,6 +180,12 @@ def test_the_home_keeps_its_corpus_and_method(built, home, corpus, tmp_path, mon
         result = sensor(ctx)
     removals = [r for r in (result.dynamic_partitions_requests or []) if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
     assert not removals
+    # and the daily reconcile schedule
+    schedule = defs.resolve_schedule_def("daily_reconcile")
+    with dg.build_schedule_context(instance=inst, resources={"settings": defs.resources["settings"]}) as ctx:
+        outcome = schedule.evaluate_tick(ctx)
+    assert not outcome.run_requests and "up to date" in (outcome.skip_message or "")
+    assert len(inst.get_dynamic_partitions("documents")) == 7
     # another method on the command line is refused too
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 2
@@ -214,3 +220,45 @@ def test_settings_are_checked_before_anything_runs(home, corpus, monkeypatch, ca
     assert code == 2
     assert "GRAPHRAG_METHOD" in err and "GRAPHRAG_MAX_CLUSTER_SIZE" in err
     assert not (home / "dagster" / "runs.db").exists()
+
+
+def test_leftovers_truncation_and_disk_errors_are_said_plainly(home, corpus, monkeypatch):
+    big = "Ada Lovelace wrote notes on the Analytical Engine of Charles Babbage. " * 2000
+    (corpus / "huge.txt").write_text(big, encoding="utf-8")
+    monkeypatch.setenv("GRAPHRAG_MAX_DOCUMENT_BYTES", "50000")
+    leftover = home / "tables" / "chunks" / ".darwin.parquet.a1b2c3d4.parquet.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half written")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    assert "removed a temporary file left by an interrupted build" in out and not leftover.exists()
+    assert "warning: huge.txt:" in out and "50,000" in out  # the truncation is shown, not only logged
+    from graphrag_pipeline.cli import _plain_error
+
+    assert _plain_error("OSError: [Errno 28] No space left on device").startswith("disk full")
+    assert _plain_error("sqlite3.OperationalError: database or disk is full").startswith("disk full")
+    assert "most often: it is full" in _plain_error("sqlite3.OperationalError: disk I/O error")
+
+
+def test_waiting_for_a_pool_slot_is_bounded_and_slots_of_dead_runs_are_freed(home, corpus, instance):
+    from graphrag_pipeline.defs.instance_ops import pool_holders, recover_dead_runs, wait_for_pool
+
+    inst = instance()
+    storage = inst.event_log_storage
+    storage.set_concurrency_slots("llm", 1)
+    from graphrag_pipeline.definitions import defs
+
+    run = inst.create_run_for_job(defs.resolve_job_def("index_job"), tags={
+        "graphrag/cli": "build", "graphrag/pid": "999999999", "graphrag/host": __import__("socket").gethostname()})
+    inst.report_run_canceling(run)  # an in-progress status, as a killed build leaves it
+    claim = storage.claim_concurrency_slot("llm", run.run_id, "doc_subgraph")
+    assert claim.is_claimed and pool_holders(inst)[0] == 0
+    said = []
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="held by run"):
+        wait_for_pool(inst, timeout_s=1.5, say=said.append)
+    assert 1.4 < time.monotonic() - started < 5 and len(said) == 1  # said once, then slept: no busy loop
+    messages = recover_dead_runs(inst)
+    assert any("marked failed" in m for m in messages)
+    assert pool_holders(inst)[0] == 1
+    wait_for_pool(inst, timeout_s=1.0)  # returns at once now

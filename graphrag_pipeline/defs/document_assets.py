@@ -54,7 +54,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     _refuse_invalid_keys(keys)
     store = settings.store()
     files = {f.key: f for f in scan_corpus(settings.corpus)}
-    rows, skipped = [], []
+    rows, skipped, truncated = [], [], []
     total_chunks = total_tokens = 0
     for i, key in enumerate(keys, 1):
         f = files.get(key)
@@ -90,6 +90,9 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
         rows.append({"document": f.relpath, "status": doc.status, "chunks": df.height, "tokens": tokens})
         if not doc.usable:
             skipped.append({"document": f.relpath, "reason": doc.message})
+        elif doc.status == "truncated":
+            truncated.append({"document": f.relpath, "reason": doc.message})
+            context.log.warning(f"{f.relpath}: {doc.message}")
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
     return dg.MaterializeResult(metadata={
@@ -97,8 +100,12 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
         "chunks": total_chunks,
         "tokens": total_tokens,
         "skipped": len(skipped),
+        "truncated": len(truncated),
         "preview": md_table(rows, ["document", "status", "chunks", "tokens"]),
         "skipped_documents": md_table(skipped, ["document", "reason"], width=160),
+        "truncated_documents": md_table(truncated, ["document", "reason"], width=160),
+        # what a person must know about, for the CLI to print (skipped or cut documents)
+        "notices": dg.MetadataValue.json([{"document": r["document"], "note": r["reason"]} for r in skipped + truncated][:200]),
     })
 
 

@@ -51,15 +51,19 @@ def cli_json(*args: str) -> dict:
 
 
 @pytest.fixture
-def instance(home):
+def instance(home, monkeypatch):
     """The Dagster instance of this GRAPHRAG_HOME (after a CLI call has created it)."""
     import dagster as dg
 
     def get():
         from graphrag_pipeline.cli import prepare_dagster_home
         from graphrag_pipeline.config import Paths
+        from graphrag_pipeline.defs.resources import ENV_DEFAULTS
 
-        prepare_dagster_home(Paths(home))  # what every build does first
+        for name, default in ENV_DEFAULTS.items():  # what every build does first, undone after the test
+            if not os.environ.get(name):
+                monkeypatch.setenv(name, default())
+        prepare_dagster_home(Paths(home))
         return dg.DagsterInstance.get()
 
     return get

@@ -35,7 +35,7 @@ def _log(msg: str) -> None:
 
 
 def sha256(path: Path) -> str:
-    from graphrag_pipeline.core.storage import file_sha256
+    from graphrag_pipeline.storage.files import file_sha256
 
     return file_sha256(path)
 

@@ -370,7 +370,7 @@ def fresh(path: Path) -> Path:
 def copy_corpus(dest: Path, docs: int | None, english_only: bool = False, as_text: bool = False) -> list[Path]:
     """The first ``docs`` files of data/corpus (sorted) into ``dest``; ``as_text`` writes the plain
     text the pipeline reads (HTML/Markdown converted) as .txt files."""
-    from graphrag_pipeline.core.documents import read_document
+    from graphrag_pipeline.ingest.documents import read_document
 
     fresh(dest)
     files = sorted(p for p in SAMPLE_CORPUS.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -628,7 +628,7 @@ def resolution_benchmark(n_names: int, sample: int, seed: int) -> dict:
     import polars as pl
 
     from corpus import FIRST, LAST, TITLES
-    from graphrag_pipeline.core.resolution import candidate_pairs, is_similar
+    from graphrag_pipeline.graph.resolution import candidate_pairs, is_similar
 
     rng = random.Random(seed)
     names: list[str] = []
@@ -1076,12 +1076,12 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
     import polars as pl
 
     from corpus import ADJS, EVENT_KINDS, FIRST, LAST, NOUNS, ORG_KINDS, ORG_STEMS, PLACE_STEMS, TOPICS
-    from graphrag_pipeline.core.communities import detect_communities
-    from graphrag_pipeline.core.duckdb_index import write_duckdb_index
-    from graphrag_pipeline.core.embedding import HashingEmbedder
-    from graphrag_pipeline.core.graph import with_metrics
-    from graphrag_pipeline.core.index_records import build_index_tables
-    from graphrag_pipeline.core.reports import CommunityReport, Finding
+    from graphrag_pipeline.graph.communities import detect_communities
+    from graphrag_pipeline.index.duckdb_writer import write_duckdb_index
+    from graphrag_pipeline.index.embedding import HashingEmbedder
+    from graphrag_pipeline.graph.tables import with_metrics
+    from graphrag_pipeline.index.records import build_index_tables
+    from graphrag_pipeline.reports.offline import CommunityReport, Finding
 
     rng = random.Random(seed)
     timings = {}
@@ -1135,7 +1135,7 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
         edge_rows.append({"source_key": a, "target_key": b, "source": na, "target": nb, "description": desc,
                           "descriptions": [desc], "keywords": [rng.choice(NOUNS)], "weight": w,
                           "source_ids": [chunk_ids[zlib.crc32(a.encode()) % n_chunks]], "doc_ids": []})
-    from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA
+    from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 
     nodes = pl.DataFrame(node_rows, schema=NODE_SCHEMA)
     edges_df = pl.DataFrame(edge_rows, schema=EDGE_SCHEMA)
@@ -1212,8 +1212,8 @@ def es_benchmark(path: Path, qs: list[str], run_mode, es_alias: str = "graphrag-
     if host not in ("127.0.0.1", "localhost", "::1"):
         return [], f"not measured (GRAPHRAG_ES_URL host {host!r} is not on this machine)"
     try:
-        from graphrag_pipeline.core.es_index import EsConfig, build_documents, publish, read_duckdb_tables
-        from graphrag_pipeline.query.es_index import EsIndex
+        from graphrag_pipeline.index.es_writer import EsConfig, build_documents, publish, read_duckdb_tables
+        from graphrag_pipeline.index.es_reader import EsIndex
     except ImportError:
         return [], "not available (graphrag_pipeline.query has no Elasticsearch backend)"
     # a benchmark-only alias (never the user's GRAPHRAG_ES_INDEX: publishing rebuilds the alias), deleted afterwards

@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from graphrag_pipeline.core.extract_fast import extract_fast  # noqa: E402
-from graphrag_pipeline.core.tokens import count_tokens  # noqa: E402
+from graphrag_pipeline.extract.offline import extract_fast  # noqa: E402
+from graphrag_pipeline.ingest.tokens import count_tokens  # noqa: E402
 from graphrag_pipeline_tests.fake_llm import C, FakeLLM, classify, records_for  # noqa: E402
 from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer  # noqa: E402
 

@@ -11,8 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from .config import METHODS, PROJECT_ROOT, Paths, default_home
-from .core import interrupts
+from graphrag_pipeline.settings import METHODS, PROJECT_ROOT, default_home
+from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline import interrupts
 
 DOWNSTREAM = ["knowledge_graph", "resolved_graph", "communities", "search_index"]
 
@@ -63,7 +64,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
     import dagster as dg
 
-    from .defs.instance_ops import cli_run_tags
+    from graphrag_pipeline.defs.instance_ops import cli_run_tags
 
     job = defs.resolve_job_def(name)
     run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -77,7 +78,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     )
     signo = interrupts.requested()
     if signo:
-        from .core.llm import cancel_all_clients
+        from graphrag_pipeline.llm.client import cancel_all_clients
 
         cancel_all_clients()
         run = instance.get_run_by_id(result.run_id)
@@ -174,14 +175,14 @@ def _downstream_stale(instance) -> bool:
 
 def _elasticsearch_stale(paths: Paths) -> bool:
     """With GRAPHRAG_ES_URL set: is Elasticsearch missing the build the DuckDB index holds?"""
-    from .core.es_index import EsConfig
-    from .query import DuckDBIndex, IndexNotFoundError
+    from graphrag_pipeline.index.es_writer import EsConfig
+    from graphrag_pipeline.query import DuckDBIndex, IndexNotFoundError
 
     cfg = EsConfig.from_env(paths.home)
     if cfg is None or not paths.index_file.exists():
         return False
     try:
-        from .query.es_index import EsIndex
+        from graphrag_pipeline.index.es_reader import EsIndex
 
         with DuckDBIndex(paths.index_file) as local, EsIndex(cfg) as remote:
             return local.meta.get("built_at") != remote.meta.get("built_at")
@@ -190,7 +191,7 @@ def _elasticsearch_stale(paths: Paths) -> bool:
 
 
 def _settings_problems() -> list[str]:
-    from .core.settings_check import check_settings
+    from graphrag_pipeline.settings_check import check_settings
 
     return check_settings(os.environ)
 
@@ -202,7 +203,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         for line in problems:
             print(f"error: {line}", file=sys.stderr)
         return 2
-    from .core.home import BuildLock, HomeBusy
+    from graphrag_pipeline.storage.home import BuildLock, HomeBusy
 
     lock = BuildLock(paths.home)
     try:
@@ -215,7 +216,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         interrupts.install()
         return _build(args, paths)
     except interrupts.Stop as exc:
-        from .core.llm import cancel_all_clients
+        from graphrag_pipeline.llm.client import cancel_all_clients
 
         cancel_all_clients()
         print(f"build stopped by {exc}: what was finished is stored and the published index is unchanged or complete; "
@@ -227,7 +228,7 @@ def cmd_build(args: argparse.Namespace) -> int:
               "continues with what is left.", file=sys.stderr, flush=True)
         return 1
     except OSError as exc:
-        from .core.storage import describe_os_error
+        from graphrag_pipeline.storage.files import describe_os_error
 
         print(f"error: {describe_os_error(exc, getattr(exc, 'filename', None) or paths.home)}", file=sys.stderr)
         return 1
@@ -239,18 +240,18 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace, paths: Paths) -> int:
     import dagster as dg
 
-    from .config import default_corpus, default_method
-    from .core.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
-    from .core.storage import clean_temp_files, read_json, write_json
-    from .core.store import Store
-    from .core.verify import downstream_problems
-    from .definitions import defs
-    from .defs.corpus_sync import contiguous_batches, plan_sync, range_tags
-    from .defs.instance_ops import recover_dead_runs, wait_for_pool
-    from .defs.partitions import community_partitions, documents_partitions
-    from .defs.resources import apply_env_defaults
+    from graphrag_pipeline.settings import default_corpus, default_method
+    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
+    from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
+    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline.storage.verify import downstream_problems
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags
+    from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
+    from graphrag_pipeline.defs.partitions import community_partitions, documents_partitions
+    from graphrag_pipeline.defs.resources import apply_env_defaults
 
-    from .core.llm import forget_endpoint_health
+    from graphrag_pipeline.llm.client import forget_endpoint_health
 
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
@@ -366,8 +367,8 @@ def _reading_paths(args: argparse.Namespace) -> Paths:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     paths = _reading_paths(args)
-    from .core.usage import read_usage_totals
-    from .query import IndexNotFoundError, open_index
+    from graphrag_pipeline.llm.usage import read_usage_totals
+    from graphrag_pipeline.query import IndexNotFoundError, open_index
 
     stats: dict = {"documents": 0, "chunks": 0, "entities": 0, "relations": 0, "communities": 0, "community_reports": 0}
     try:
@@ -395,9 +396,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     paths = _reading_paths(args)
-    from .core.cache import open_read_only
-    from .core.llm import LLMClient, LLMError
-    from .query import IndexNotFoundError, SearchParams, open_index, query
+    from graphrag_pipeline.llm.cache import open_read_only
+    from graphrag_pipeline.llm.client import LLMClient, LLMError
+    from graphrag_pipeline.query import IndexNotFoundError, SearchParams, open_index, query
 
     try:
         client = LLMClient.from_env()
@@ -437,8 +438,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
-    from .core.export import write_graphml
-    from .core.store import Store
+    from graphrag_pipeline.graph.export import write_graphml
+    from graphrag_pipeline.storage.store import Store
 
     try:
         nodes, edges = Store(paths).read_graph("resolved_graph")
@@ -453,9 +454,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every file of the home (read-only); exit 1 and list the problems when there are any."""
-    from .core.home import read_home_record
-    from .core.store import Store
-    from .core.verify import verify_home
+    from graphrag_pipeline.storage.home import read_home_record
+    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline.storage.verify import verify_home
 
     home = Path(args.home).expanduser().resolve() if args.home else default_home()
     if not home.is_dir():
@@ -483,7 +484,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
-    from .core.home import read_home_record
+    from graphrag_pipeline.storage.home import read_home_record
 
     record = read_home_record(paths.home)
     if record is not None:  # the UI's sensors and assets follow the home, whatever this shell says

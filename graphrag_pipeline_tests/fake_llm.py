@@ -14,8 +14,8 @@ import re
 import threading
 from collections import Counter
 
-from graphrag_pipeline.core import prompts
-from graphrag_pipeline.core.extract_fast import extract_fast
+from graphrag_pipeline.llm import prompts
+from graphrag_pipeline.extract.offline import extract_fast
 
 T, R, C = prompts.TUPLE_DELIMITER, prompts.RECORD_DELIMITER, prompts.COMPLETION_DELIMITER
 

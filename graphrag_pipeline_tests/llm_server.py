@@ -224,7 +224,7 @@ class ScriptedLLMServer:
 
 def client_for(server: ScriptedLLMServer, **kw):
     """An LLMClient pointed at ``server`` with the test key and small backoff."""
-    from graphrag_pipeline.core.llm import LLMClient
+    from graphrag_pipeline.llm.client import LLMClient
 
     params = dict(model="test-model", api_key=TEST_API_KEY, base_url=server.base_url,
                   backoff_base_s=0.01, backoff_max_s=0.2, timeout_s=2.0)

@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.cache (KVCache) and graphrag_pipeline.core.storage (atomic writes)."""
+"""Tests for graphrag_pipeline.llm.cache (KVCache) and graphrag_pipeline.storage.files (atomic writes)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core.cache import KVCache
-from graphrag_pipeline.core.storage import atomic_path, read_json, read_parquet, write_json, write_parquet
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.storage.files import atomic_path, read_json, read_parquet, write_json, write_parquet
 
 # ---------------------------------------------------------------------------------------------
 # KVCache

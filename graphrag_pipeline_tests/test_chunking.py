@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.chunking: token bounds, content-hash ids, edit stability."""
+"""Tests for graphrag_pipeline.ingest.chunking: token bounds, content-hash ids, edit stability."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.core.chunking import chunk_id, chunk_text
-from graphrag_pipeline.core.documents import read_document, scan_corpus
-from graphrag_pipeline.core.tokens import count_tokens
+from graphrag_pipeline.ingest.chunking import chunk_id, chunk_text
+from graphrag_pipeline.ingest.documents import read_document, scan_corpus
+from graphrag_pipeline.ingest.tokens import count_tokens
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "

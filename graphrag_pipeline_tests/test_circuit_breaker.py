@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from graphrag_pipeline.core.cache import KVCache
-from graphrag_pipeline.core.extract_llm import ExtractionSettings
-from graphrag_pipeline.core.extraction import ChunkTask, ExtractionStats, extract_tasks
-from graphrag_pipeline.core.llm import LLMCancelled, LLMCircuitOpen, LLMClient, LLMError, forget_endpoint_health
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.extract.llm import ExtractionSettings
+from graphrag_pipeline.extract.batch import ChunkTask, ExtractionStats, extract_tasks
+from graphrag_pipeline.llm.client import LLMCancelled, LLMCircuitOpen, LLMClient, LLMError, forget_endpoint_health
 from graphrag_pipeline_tests.conftest import cli
 from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
 from graphrag_pipeline_tests.llm_server import TEST_API_KEY, Reply, ScriptedLLMServer, client_for

@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.communities (hierarchical Leiden)."""
+"""Tests for graphrag_pipeline.graph.communities (hierarchical Leiden)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import networkx as nx
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core.communities import COMMUNITY_SCHEMA, detect_communities
+from graphrag_pipeline.graph.communities import COMMUNITY_SCHEMA, detect_communities
 
 
 def frames(g: nx.Graph, descriptions: dict | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -75,7 +75,7 @@ def test_deterministic_across_runs():
 
 _RUN_IN_SUBPROCESS = """
 import json, networkx as nx, polars as pl
-from graphrag_pipeline.core.communities import detect_communities
+from graphrag_pipeline.graph.communities import detect_communities
 g = nx.relabel_nodes(nx.karate_club_graph(), lambda n: f"k{n:02d}")
 rows = sorted((min(a, b), max(a, b)) for a, b in g.edges())
 nodes = pl.DataFrame({"key": sorted(g.nodes), "description": ["d " + k for k in sorted(g.nodes)]})
@@ -191,8 +191,8 @@ def test_nonpositive_weights_are_treated_as_one():
 # ---------------------------------------------------------------------------------------------
 import numpy as np  # noqa: E402
 
-from graphrag_pipeline.core.communities import changed_share, update_communities  # noqa: E402
-from graphrag_pipeline.core.frontier_leiden import CSRGraph, frontier_update, modularity  # noqa: E402
+from graphrag_pipeline.graph.communities import changed_share, update_communities  # noqa: E402
+from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity  # noqa: E402
 
 
 def planted(groups: int = 12, size: int = 30, p_in: float = 0.3, p_out: float = 0.004, seed: int = 3) -> nx.Graph:
@@ -342,8 +342,8 @@ def test_lost_reports_retire_their_ids():
 
 
 def test_community_state_round_trip_and_damage(tmp_path):
-    from graphrag_pipeline.config import Paths
-    from graphrag_pipeline.core.store import Store
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
 
     store = Store(Paths(tmp_path))
     assert store.read_community_state() is None

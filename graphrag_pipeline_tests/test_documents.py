@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.documents: partition keys, corpus scanning, reading files."""
+"""Tests for graphrag_pipeline.ingest.documents: partition keys, corpus scanning, reading files."""
 
 from __future__ import annotations
 
@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.core.documents import (
-    DocumentText,
-    html_to_text,
-    markdown_to_text,
-    partition_key,
-    read_document,
-    scan_corpus,
-)
-from graphrag_pipeline.core.storage import atomic_path
+from graphrag_pipeline.ingest.documents import DocumentText, html_to_text, markdown_to_text, partition_key, read_document, scan_corpus
+from graphrag_pipeline.storage.files import atomic_path
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
 

@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from graphrag_pipeline.core import es_index
-from graphrag_pipeline.core.es_index import EsConfig, EsIndexError, build_documents, publish, read_duckdb_tables
+from graphrag_pipeline.index import es_writer as es_index
+from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, build_documents, publish, read_duckdb_tables
 from graphrag_pipeline.query import open_index, query
 from graphrag_pipeline_tests.conftest import cli
 
@@ -250,7 +250,7 @@ def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_on
 def test_a_delta_with_every_kind_of_change_leaves_elasticsearch_as_a_full_sync_would(es_up, tmp_path):
     import uuid
 
-    from graphrag_pipeline.core.es_index import sync_index
+    from graphrag_pipeline.index.es_writer import sync_index
     from graphrag_pipeline_tests.test_index_delta import _edit, _inputs, _publish
 
     cfg = EsConfig(url=es_up, alias=f"graphrag-test-delta-{uuid.uuid4().hex[:10]}")

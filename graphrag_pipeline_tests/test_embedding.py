@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.embedding (offline hashing embedder)."""
+"""Tests for graphrag_pipeline.index.embedding (offline hashing embedder)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from graphrag_pipeline.core.embedding import DEFAULT_DIM, HashingEmbedder
+from graphrag_pipeline.index.embedding import DEFAULT_DIM, HashingEmbedder
 
 TEXTS = ["Charles Darwin", "Royal Society", "郑和下西洋", "", "Ada Lovelace wrote notes on the Analytical Engine."]
 
@@ -73,7 +73,7 @@ def test_chinese_is_supported(emb):
 
 def test_deterministic_across_processes(emb):
     code = (
-        "import json, sys; from graphrag_pipeline.core.embedding import HashingEmbedder; "
+        "import json, sys; from graphrag_pipeline.index.embedding import HashingEmbedder; "
         "print(json.dumps(HashingEmbedder().embed(json.loads(sys.argv[1])).tolist()))"
     )
     here = emb.embed(TEXTS)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.core.extract_fast import extract_fast, split_sentences
-from graphrag_pipeline.core.records import Extraction, entity_key
+from graphrag_pipeline.extract.offline import extract_fast, split_sentences
+from graphrag_pipeline.extract.records import Extraction, entity_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -484,7 +484,7 @@ def test_surname_of_a_person_is_a_person():
 
 
 def test_given_name_list_is_compact():
-    from graphrag_pipeline.core.extract_fast import GIVEN_NAMES
+    from graphrag_pipeline.extract.offline import GIVEN_NAMES
 
     assert 200 <= len(GIVEN_NAMES) <= 400
     common = {"charles", "alan", "marie", "isaac", "ada", "robert", "john", "william", "mary", "elizabeth"}
@@ -534,7 +534,7 @@ def test_deterministic_across_calls_and_hash_seeds():
     assert extract_fast(text, "c").to_dict() == extract_fast(text, "c").to_dict()
     script = (
         "import json, sys\n"
-        "from graphrag_pipeline.core.extract_fast import extract_fast\n"
+        "from graphrag_pipeline.extract.offline import extract_fast\n"
         "print(json.dumps(extract_fast(sys.stdin.read(), 'c').to_dict(), ensure_ascii=False))\n"
     )
     outputs = []

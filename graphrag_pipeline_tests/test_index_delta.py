@@ -12,13 +12,11 @@ import duckdb
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core.duckdb_index import (
-    IncompleteIndexError, SCHEMA_VERSION, check_index_file, publish_index, read_meta,
-)
-from graphrag_pipeline.core.embedding import HashingEmbedder
-from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
-from graphrag_pipeline.core.index_records import TABLES, nhop_affected, nhop_paths
-from graphrag_pipeline.core.reports import CommunityReport, Finding
+from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, SCHEMA_VERSION, check_index_file, publish_index, read_meta
+from graphrag_pipeline.index.embedding import HashingEmbedder
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.index.records import TABLES, nhop_affected, nhop_paths
+from graphrag_pipeline.reports.offline import CommunityReport, Finding
 from graphrag_pipeline.query import DuckDBIndex, query
 
 TYPES = ["PERSON", "GEO", "ORGANIZATION", "EVENT"]

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from graphrag_pipeline.core.extract_llm import loop_logit_bias
+from graphrag_pipeline.extract.llm import loop_logit_bias
 from graphrag_pipeline_tests.conftest import cli, cli_json
 from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
 from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer

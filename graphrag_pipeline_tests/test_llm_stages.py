@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
-from graphrag_pipeline.core.resolution import LLMJudge, resolve_incremental
-from graphrag_pipeline.core.summaries import summarise_long_descriptions
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
+from graphrag_pipeline.graph.summaries import summarise_long_descriptions
 from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
 from graphrag_pipeline_tests.llm_server import ScriptedLLMServer, client_for
 
@@ -56,7 +56,7 @@ def test_resolution_only_asks_about_new_entities_and_replays_merges():
 
 
 def test_long_descriptions_are_summarised_once_and_cached(tmp_path):
-    from graphrag_pipeline.core.cache import KVCache
+    from graphrag_pipeline.llm.cache import KVCache
 
     frags = [f"Fact number {i} about Darwin." for i in range(13)]
     nodes = pl.DataFrame([{"key": "darwin", "name": "Darwin", "type": "PERSON", "description": "\n".join(frags),

@@ -1,14 +1,14 @@
-"""Tests for graphrag_pipeline.core.subgraph and graphrag_pipeline.core.merge."""
+"""Tests for graphrag_pipeline.extract.subgraph and graphrag_pipeline.graph.merge."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core.graph import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA
-from graphrag_pipeline.core.merge import merge_subgraphs
-from graphrag_pipeline.core.records import Entity, Extraction, Relation
-from graphrag_pipeline.core.subgraph import ENTITY_ROWS, RELATION_ROWS, build_doc_subgraph
+from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA
+from graphrag_pipeline.graph.merge import merge_subgraphs
+from graphrag_pipeline.extract.records import Entity, Extraction, Relation
+from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS, build_doc_subgraph
 
 
 def ent(name: str, etype: str = "PERSON", description: str = "") -> Entity:
@@ -254,7 +254,7 @@ def _doc_rows(doc: str, mentions: list[tuple[str, str]], pairs: list[tuple[str, 
     """Entity rows (name, description) and relation rows (a, b) of one document, one chunk."""
     import polars as pl
 
-    from graphrag_pipeline.core.subgraph import ENTITY_ROWS, RELATION_ROWS
+    from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 
     ents = pl.DataFrame([(doc, 0, f"{doc}-c0", n.casefold(), n, "person", d) for n, d in mentions],
                         schema=ENTITY_ROWS, orient="row")
@@ -266,10 +266,10 @@ def _doc_rows(doc: str, mentions: list[tuple[str, str]], pairs: list[tuple[str, 
 def test_incremental_merge_equals_a_full_merge(tmp_path):
     import polars as pl
 
-    from graphrag_pipeline.config import Paths
-    from graphrag_pipeline.core.mentions import update_merged_graph
-    from graphrag_pipeline.core.merge import merge_subgraphs
-    from graphrag_pipeline.core.store import Store
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.graph.mentions import update_merged_graph
+    from graphrag_pipeline.graph.merge import merge_subgraphs
+    from graphrag_pipeline.storage.store import Store
 
     store = Store(Paths(tmp_path))
     people = [f"Person {i}" for i in range(40)]
@@ -312,9 +312,9 @@ def test_chunk_table_follows_changed_documents_only(tmp_path):
 
     import polars as pl
 
-    from graphrag_pipeline.config import Paths
-    from graphrag_pipeline.core.mentions import all_chunks
-    from graphrag_pipeline.core.store import CHUNK_ROWS, Store
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.graph.mentions import all_chunks
+    from graphrag_pipeline.storage.store import CHUNK_ROWS, Store
 
     store = Store(Paths(tmp_path))
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from graphrag_pipeline.core.cache import KVCache
-from graphrag_pipeline.defs.corpus_sync import range_tags
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.ingest.corpus_sync import range_tags
 from graphrag_pipeline_tests.conftest import cli
 
 
@@ -29,7 +29,7 @@ def test_parallel_runs_lose_nothing_and_never_lock(home, corpus, instance):
             f"Report {i}: Charles Babbage met Ada Lovelace in London.\n\nThe Royal Society of London discussed item {i} "
             f"with Michael Faraday and John Herschel.", encoding="utf-8")
     inst = instance()  # the instance under this GRAPHRAG_HOME, prepared as a build does
-    from graphrag_pipeline.core.documents import scan_corpus
+    from graphrag_pipeline.ingest.documents import scan_corpus
 
     keys = [f.key for f in scan_corpus(corpus)]
     inst.add_dynamic_partitions("documents", keys)

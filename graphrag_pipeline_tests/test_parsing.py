@@ -1,11 +1,11 @@
-"""Tests for graphrag_pipeline.core.parsing: LLM extraction answers (tuple and JSON), yes/no checks,
+"""Tests for graphrag_pipeline.extract.parsing: LLM extraction answers (tuple and JSON), yes/no checks,
 numbered entity-resolution answers -- with the messy output real models produce."""
 
 from __future__ import annotations
 
 import pytest
 
-from graphrag_pipeline.core.parsing import ParseResult, parse_extraction, parse_numbered_answers, parse_yes_no
+from graphrag_pipeline.extract.parsing import ParseResult, parse_extraction, parse_numbered_answers, parse_yes_no
 
 
 def ents(result: ParseResult) -> dict[str, tuple[str, str]]:

@@ -194,7 +194,7 @@ def test_a_file_deleted_before_its_run_is_skipped_not_fatal(home, corpus, instan
     inst = instance()
     inst.add_dynamic_partitions("documents", ["darwin_and_wallace.txt", "ghost.txt"])
     from graphrag_pipeline.definitions import defs
-    from graphrag_pipeline.defs.corpus_sync import range_tags
+    from graphrag_pipeline.ingest.corpus_sync import range_tags
     from graphrag_pipeline.defs.resources import apply_env_defaults
 
     apply_env_defaults()  # what loading the definitions does in a fresh process

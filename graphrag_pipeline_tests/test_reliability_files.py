@@ -19,22 +19,11 @@ import duckdb
 import polars as pl
 import pytest
 
-from graphrag_pipeline.config import Paths
-from graphrag_pipeline.core.documents import corpus_keys, display_path, partition_key, read_document, scan_corpus
-from graphrag_pipeline.core.storage import (
-    DamagedFileError,
-    clean_temp_files,
-    describe_os_error,
-    file_sha256,
-    parquet_problem,
-    read_json,
-    read_parquet,
-    verify_parquet,
-    write_json,
-    write_parquet,
-)
-from graphrag_pipeline.core.store import InvalidPartitionKey, Store, check_partition_key, partition_key_problem
-from graphrag_pipeline.defs.corpus_sync import plan_sync, stored_hash
+from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline.ingest.documents import corpus_keys, display_path, partition_key, read_document, scan_corpus
+from graphrag_pipeline.storage.files import DamagedFileError, clean_temp_files, describe_os_error, file_sha256, parquet_problem, read_json, read_parquet, verify_parquet, write_json, write_parquet
+from graphrag_pipeline.storage.store import InvalidPartitionKey, Store, check_partition_key, partition_key_problem
+from graphrag_pipeline.ingest.corpus_sync import plan_sync, stored_hash
 from graphrag_pipeline_tests.conftest import cli
 
 _KEY_CHARS = re.compile(r"^[\w.\-~]+$")
@@ -272,7 +261,7 @@ def test_documents_job_refuses_invalid_keys_and_writes_nothing(home, corpus, ins
     keys = [abs_key, "/abs/path", "../../x", "../../../escaped", "a/b", "..", ".", "x" * 300]
     inst.add_dynamic_partitions("documents", keys)
     from graphrag_pipeline.definitions import defs
-    from graphrag_pipeline.defs.corpus_sync import range_tags
+    from graphrag_pipeline.ingest.corpus_sync import range_tags
     from graphrag_pipeline.defs.resources import apply_env_defaults
 
     apply_env_defaults()
@@ -468,7 +457,7 @@ def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
     home = tmp_path / "home"
     target = home / "tables" / "chunks" / "a.txt.parquet"
     # a writer killed (like kill -9: no cleanup) in the middle of an atomic write
-    script = ("import os, sys; from pathlib import Path; from graphrag_pipeline.core.storage import atomic_path\n"
+    script = ("import os, sys; from pathlib import Path; from graphrag_pipeline.storage.files import atomic_path\n"
               "with atomic_path(Path(sys.argv[1]), '.parquet') as tmp:\n"
               "    tmp.write_bytes(b'half')\n"
               "    os._exit(9)\n")

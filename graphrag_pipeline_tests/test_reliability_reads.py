@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.core.cache import KVCache, connect_read_only, open_read_only
-from graphrag_pipeline.core.usage import LLMUsage, UsageLedger, read_usage_totals
+from graphrag_pipeline.llm.cache import KVCache, connect_read_only, open_read_only
+from graphrag_pipeline.llm.usage import LLMUsage, UsageLedger, read_usage_totals
 from graphrag_pipeline_tests.llm_server import ScriptedLLMServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -190,7 +190,7 @@ def test_a_damaged_cache_never_fails_reads(ro_home):
 
 def test_query_answers_from_the_cache_read_only(built_home, tmp_path, monkeypatch):
     """Answers a writable client cached are served to a reader of the read-only home: no request."""
-    from graphrag_pipeline.core.llm import LLMClient
+    from graphrag_pipeline.llm.client import LLMClient
     from graphrag_pipeline.query import open_index, query
 
     home = tmp_path / "home"
@@ -265,8 +265,8 @@ def test_read_only_open_of_a_wal_database_in_a_read_only_folder(tmp_path):
     make_read_only(folder)
     try:
         before = snapshot(folder)
-        script = ("import sys\nfrom graphrag_pipeline.core.cache import KVCache\n"
-                  "from graphrag_pipeline.core.usage import read_usage_totals\n"
+        script = ("import sys\nfrom graphrag_pipeline.llm.cache import KVCache\n"
+                  "from graphrag_pipeline.llm.usage import read_usage_totals\n"
                   "c = KVCache(sys.argv[1], 'llm', read_only=True)\n"
                   "print(c.get('k'), c.get('nope'), KVCache(sys.argv[1], 'other', read_only=True).get('k'),"
                   " read_usage_totals(sys.argv[1]).calls)\n")

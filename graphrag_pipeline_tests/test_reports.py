@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.reports (extractive community reports)."""
+"""Tests for graphrag_pipeline.reports.offline (extractive community reports)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core.merge import merge_subgraphs
-from graphrag_pipeline.core.records import Entity, Extraction, Relation
-from graphrag_pipeline.core.reports import EXTRACTIVE_NOTE, CommunityReport, Finding, extractive_report
-from graphrag_pipeline.core.subgraph import build_doc_subgraph
+from graphrag_pipeline.graph.merge import merge_subgraphs
+from graphrag_pipeline.extract.records import Entity, Extraction, Relation
+from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding, extractive_report
+from graphrag_pipeline.extract.subgraph import build_doc_subgraph
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.reports_llm: context packing, JSON parsing and LLM reports
+"""Tests for graphrag_pipeline.reports.llm: context packing, JSON parsing and LLM reports
 with retries and the extractive fallback. The LLM is a scripted fake client (no HTTP)."""
 
 from __future__ import annotations
@@ -10,20 +10,12 @@ import json
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core import prompts
-from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
-from graphrag_pipeline.core.llm import ChatResult, LLMError
-from graphrag_pipeline.core.reports import EXTRACTIVE_NOTE, CommunityReport, Finding
-from graphrag_pipeline.core.reports_llm import (
-    DEFAULT_RATING_NOTE,
-    LLM_FALLBACK_NOTE,
-    SUB_REPORTS_HEADING,
-    ReportOutcome,
-    llm_report,
-    pack_community_context,
-    parse_report_json,
-)
-from graphrag_pipeline.core.tokens import count_tokens
+from graphrag_pipeline.llm import prompts
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.llm.client import ChatResult, LLMError
+from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding
+from graphrag_pipeline.reports.llm import DEFAULT_RATING_NOTE, LLM_FALLBACK_NOTE, SUB_REPORTS_HEADING, ReportOutcome, llm_report, pack_community_context, parse_report_json
+from graphrag_pipeline.ingest.tokens import count_tokens
 
 
 class FakeClient:

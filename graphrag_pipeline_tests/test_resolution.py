@@ -1,4 +1,4 @@
-"""Tests for graphrag_pipeline.core.resolution (entity resolution)."""
+"""Tests for graphrag_pipeline.graph.resolution (entity resolution)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,10 @@ import polars as pl
 import pytest
 from rapidfuzz.distance import Levenshtein
 
-from graphrag_pipeline.core import resolution
-from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, empty_edges, empty_nodes
-from graphrag_pipeline.core.records import entity_key
-from graphrag_pipeline.core.resolution import (
-    ResolutionResult,
-    _candidate_pairs_bruteforce,
-    candidate_pairs,
-    is_english,
-    is_similar,
-    merge_entities,
-    normalize_for_offline_match,
-    offline_same,
-    resolve,
-    resolve_offline,
-)
+from graphrag_pipeline.graph import resolution
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_edges, empty_nodes
+from graphrag_pipeline.extract.records import entity_key
+from graphrag_pipeline.graph.resolution import ResolutionResult, _candidate_pairs_bruteforce, candidate_pairs, is_english, is_similar, merge_entities, normalize_for_offline_match, offline_same, resolve, resolve_offline
 
 # ---------------------------------------------------------------------------------------------
 # helpers

@@ -5,11 +5,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from graphrag_pipeline.core.duckdb_index import write_duckdb_index
-from graphrag_pipeline.core.embedding import HashingEmbedder
-from graphrag_pipeline.core.graph import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
-from graphrag_pipeline.core.index_records import build_index_tables, nhop_paths
-from graphrag_pipeline.core.reports import CommunityReport
+from graphrag_pipeline.index.duckdb_writer import write_duckdb_index
+from graphrag_pipeline.index.embedding import HashingEmbedder
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.index.records import build_index_tables, nhop_paths
+from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.query import DuckDBIndex, SearchParams, global_search, local_search, naive_search, query
 from graphrag_pipeline.query.search import QueryAnalysis
 
@@ -106,7 +106,7 @@ def test_global_and_naive(index):
 
 
 def test_republishing_embeds_only_new_texts(tmp_path):
-    from graphrag_pipeline.core.duckdb_index import previous_vectors
+    from graphrag_pipeline.index.duckdb_writer import previous_vectors
 
     class Counting(HashingEmbedder):
         def __init__(self):

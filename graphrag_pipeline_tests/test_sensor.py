@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from graphrag_pipeline.defs.corpus_sync import RANGE_END_TAG, RANGE_START_TAG, contiguous_batches
+from graphrag_pipeline.ingest.corpus_sync import RANGE_END_TAG, RANGE_START_TAG, contiguous_batches
 from graphrag_pipeline.defs.resources import settings_from_env
 from graphrag_pipeline.defs.sensors import corpus_sensor, daily_reconcile
 
@@ -124,9 +124,9 @@ def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instanc
 
 
 def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch):
-    from graphrag_pipeline.config import Paths
-    from graphrag_pipeline.core.store import Store
-    from graphrag_pipeline.defs import corpus_sync
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline.ingest import corpus_sync
     from graphrag_pipeline_tests.conftest import cli
 
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.core.settings_check import check_settings
+from graphrag_pipeline.settings_check import check_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_every_variable_of_the_readme_table_is_known():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     table = readme[readme.index("## Environment variables"):]
     documented = set(re.findall(r"`(GRAPHRAG_[A-Z_]+)`", table))
-    source = (REPO / "graphrag_pipeline" / "core" / "settings_check.py").read_text(encoding="utf-8")
+    source = (REPO / "graphrag_pipeline" / "settings_check.py").read_text(encoding="utf-8")
     assert documented and all(name in source for name in documented), documented - {n for n in documented if n in source}
 
 
@@ -149,7 +149,7 @@ def test_no_dagster_import():
     import subprocess
     import sys
 
-    code = ("import sys; from graphrag_pipeline.core.settings_check import check_settings; check_settings({}); "
+    code = ("import sys; from graphrag_pipeline.settings_check import check_settings; check_settings({}); "
             "print('dagster' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

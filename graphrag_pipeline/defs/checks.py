@@ -4,10 +4,10 @@
 import dagster as dg
 import polars as pl
 
-from ..core.duckdb_index import check_index_file
-from .graph_assets import communities, knowledge_graph, resolved_graph
-from .index_assets import search_index
-from .resources import PipelineSettings
+from graphrag_pipeline.index.duckdb_writer import check_index_file
+from graphrag_pipeline.defs.graph_assets import communities, knowledge_graph, resolved_graph
+from graphrag_pipeline.defs.index_assets import search_index
+from graphrag_pipeline.defs.resources import PipelineSettings
 
 
 def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:

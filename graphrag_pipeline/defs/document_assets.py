@@ -11,17 +11,17 @@ import time
 import polars as pl
 import dagster as dg
 
-from ..core.chunking import chunk_text
-from ..core.documents import file_hash, read_document, scan_corpus
-from ..core.extraction import ChunkTask, ExtractionStats, extract_tasks
-from ..core.storage import DamagedFileError
-from ..core.store import CHUNK_ROWS, partition_key_problem
-from ..core.subgraph import build_doc_subgraph
-from ..core.usage import UsageLedger
-from .metadata import md_table
-from .partitions import documents_partitions
-from .resources import LLMSettings, PipelineSettings
-from .stopping import stoppable
+from graphrag_pipeline.ingest.chunking import chunk_text
+from graphrag_pipeline.ingest.documents import file_hash, read_document, scan_corpus
+from graphrag_pipeline.extract.batch import ChunkTask, ExtractionStats, extract_tasks
+from graphrag_pipeline.storage.files import DamagedFileError
+from graphrag_pipeline.storage.store import CHUNK_ROWS, partition_key_problem
+from graphrag_pipeline.extract.subgraph import build_doc_subgraph
+from graphrag_pipeline.llm.usage import UsageLedger
+from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.partitions import documents_partitions
+from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
+from graphrag_pipeline.defs.stopping import stoppable
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 

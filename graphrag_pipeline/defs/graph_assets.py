@@ -12,19 +12,19 @@ from contextlib import contextmanager
 import dagster as dg
 import polars as pl
 
-from ..core.communities import update_communities
-from ..core.llm import LLMCircuitOpen
-from ..core.mentions import update_merged_graph
-from ..core.reports import CommunityReport, extractive_report
-from ..core.reports_llm import fits_budget, llm_report, report_generator
-from ..core.resolution import LLMJudge, resolve_incremental
-from ..core.summaries import summarise_long_descriptions
-from ..core.usage import LLMUsage, UsageLedger
-from .document_assets import doc_subgraph
-from .metadata import md_table
-from .partitions import community_partitions, document_keys
-from .resources import LLMSettings, PipelineSettings
-from .stopping import stoppable
+from graphrag_pipeline.graph.communities import update_communities
+from graphrag_pipeline.llm.client import LLMCircuitOpen
+from graphrag_pipeline.graph.mentions import update_merged_graph
+from graphrag_pipeline.reports.offline import CommunityReport, extractive_report
+from graphrag_pipeline.reports.llm import fits_budget, llm_report, report_generator
+from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
+from graphrag_pipeline.graph.summaries import summarise_long_descriptions
+from graphrag_pipeline.llm.usage import LLMUsage, UsageLedger
+from graphrag_pipeline.defs.document_assets import doc_subgraph
+from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.partitions import community_partitions, document_keys
+from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
+from graphrag_pipeline.defs.stopping import stoppable
 
 EAGER = dg.AutomationCondition.eager()
 

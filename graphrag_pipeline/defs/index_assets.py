@@ -7,17 +7,17 @@ import time
 import dagster as dg
 import polars as pl
 
-from ..core.duckdb_index import IncompleteIndexError, missing_reports_completeness, publish_index
-from ..core.embedding import EndpointEmbedder, HashingEmbedder
-from ..core.es_index import EsConfig, EsIndexError, sync_index
-from ..core.index_records import collect_reports
-from ..core.mentions import all_chunks
-from .document_assets import chunks
-from .graph_assets import EAGER, communities, community_reports, resolved_graph
-from .metadata import md_table
-from .partitions import document_keys
-from .resources import LLMSettings, PipelineSettings
-from .stopping import stoppable
+from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
+from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
+from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_index
+from graphrag_pipeline.index.records import collect_reports
+from graphrag_pipeline.graph.mentions import all_chunks
+from graphrag_pipeline.defs.document_assets import chunks
+from graphrag_pipeline.defs.graph_assets import EAGER, communities, community_reports, resolved_graph
+from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.partitions import document_keys
+from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
+from graphrag_pipeline.defs.stopping import stoppable
 
 
 class SearchIndexConfig(dg.Config):

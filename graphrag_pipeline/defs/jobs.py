@@ -1,8 +1,8 @@
 import dagster as dg
 
-from .document_assets import chunks, doc_subgraph
-from .graph_assets import communities, community_reports, knowledge_graph, resolved_graph
-from .index_assets import elasticsearch_index, search_index
+from graphrag_pipeline.defs.document_assets import chunks, doc_subgraph
+from graphrag_pipeline.defs.graph_assets import communities, community_reports, knowledge_graph, resolved_graph
+from graphrag_pipeline.defs.index_assets import elasticsearch_index, search_index
 
 documents_job = dg.define_asset_job(
     "documents_job", selection=[chunks, doc_subgraph],

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from ..config import Paths, default_corpus, default_home, default_method
-from ..core.cache import KVCache
-from ..core.store import Store
+from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline.settings import default_corpus, default_home, default_method
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.storage.store import Store
 
 
 ENV_DEFAULTS = {
@@ -56,7 +57,7 @@ class PipelineSettings(dg.ConfigurableResource):
         return Paths(Path(self.home))
 
     def _record(self):
-        from ..core.home import read_home_record
+        from graphrag_pipeline.storage.home import read_home_record
 
         return read_home_record(Path(self.home))
 
@@ -108,7 +109,7 @@ class LLMSettings(dg.ConfigurableResource):
 
     def client(self, cache_path: Path):
         """An LLMClient, or None when no endpoint is configured."""
-        from ..core.llm import LLMClient
+        from graphrag_pipeline.llm.client import LLMClient
 
         api_key = os.environ.get("OPENAI_API_KEY") or None
         base_url = os.environ.get("OPENAI_BASE_URL") or None
@@ -122,7 +123,7 @@ class LLMSettings(dg.ConfigurableResource):
         )
 
     def extraction_settings(self, method: str):
-        from ..core.extract_llm import ExtractionSettings
+        from graphrag_pipeline.extract.llm import ExtractionSettings
 
         types = [t.strip() for t in self.entity_types.split(",") if t.strip()]
         return ExtractionSettings(method=method, language=self.language, entity_types=types,

@@ -5,10 +5,10 @@ import json
 
 import dagster as dg
 
-from .corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
-from .jobs import documents_job, graph_job, recluster_job
-from .partitions import documents_partitions
-from .resources import PipelineSettings
+from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
+from graphrag_pipeline.defs.jobs import documents_job, graph_job, recluster_job
+from graphrag_pipeline.defs.partitions import documents_partitions
+from graphrag_pipeline.defs.resources import PipelineSettings
 
 CURSOR_VERSION = 1
 

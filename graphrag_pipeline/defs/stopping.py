@@ -1,4 +1,4 @@
-"""Asset bodies stop for good when the build was asked to stop (see core/interrupts.py).
+"""Asset bodies stop for good when the build was asked to stop (see interrupts.py).
 
 Dagster retries an interrupted step that has a retry policy; after SIGINT/SIGTERM to a CLI build the
 interruption becomes a failure without retries, every LLM client of the process is cancelled, and a
@@ -11,8 +11,8 @@ import signal
 
 import dagster as dg
 
-from ..core import interrupts
-from ..core.llm import cancel_all_clients
+from graphrag_pipeline import interrupts
+from graphrag_pipeline.llm.client import cancel_all_clients
 
 
 def _stopped(signo: int) -> dg.Failure:

@@ -6,8 +6,8 @@
         print(result.to_dict())
 """
 
-from .index import DuckDBIndex, IndexNotFoundError, IndexUnreadableError, open_index
-from .search import QueryResult, SearchParams, global_search, local_search, naive_search, query
+from graphrag_pipeline.index.duckdb_reader import DuckDBIndex, IndexNotFoundError, IndexUnreadableError, open_index
+from graphrag_pipeline.query.search import QueryResult, SearchParams, global_search, local_search, naive_search, query
 
 __all__ = [
     "DuckDBIndex", "IndexNotFoundError", "IndexUnreadableError", "open_index", "QueryResult", "SearchParams",

@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from ..core.tokens import count_tokens, truncate_tokens
+from graphrag_pipeline.ingest.tokens import count_tokens, truncate_tokens
 
 MODES = ("local", "global", "naive")
 
@@ -68,7 +68,7 @@ class QueryAnalysis:
 
 def analyze_question(question: str, type_pool: dict[str, list[str]]) -> QueryAnalysis:
     """Offline query analysis: named phrases via the fast extractor; types from question words."""
-    from ..core.extract_fast import extract_fast
+    from graphrag_pipeline.extract.offline import extract_fast
 
     names = [e.name for e in extract_fast(question, "query").entities]
     names += [q for q in re.findall(r"[\"\u201c\u300c\u300a]([^\"\u201d\u300d\u300b]{2,60})[\"\u201d\u300d\u300b]", question) if q not in names]
@@ -98,7 +98,7 @@ def analyze_question_llm(client, question: str, type_pool: dict[str, list[str]])
 
     import json_repair
 
-    from ..core import prompts
+    from graphrag_pipeline.llm import prompts
 
     pool_text = json.dumps({t: e[:5] for t, e in type_pool.items()}, ensure_ascii=False, indent=1)
     answer = client.chat([{"role": "user", "content": prompts.QUERY_REWRITE.format(type_pool=pool_text, question=question)}]).text
@@ -222,7 +222,7 @@ def query(index, question: str, mode: str = "local", params: SearchParams | None
 
 
 def local_answer(client, result: QueryResult, question: str) -> str:
-    from ..core import prompts
+    from graphrag_pipeline.llm import prompts
 
     return client.chat([{"role": "user", "content": prompts.LOCAL_ANSWER.format(context=result.context or "(no context found)", question=question)}]).text.strip()
 
@@ -231,7 +231,7 @@ def global_answer(client, index, result: QueryResult, question: str, params: Sea
     """Map: each report yields scored points; points scoring 0 are dropped. Reduce: one answer."""
     import json_repair
 
-    from ..core import prompts
+    from graphrag_pipeline.llm import prompts
 
     reports = [r for r in index.reports_by_vector(index.embedder(client).embed_one(question), params.global_map_topn)]
     calls = [{"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]} for r in reports]

@@ -1,1 +1,0 @@
-"""The pure core of the pipeline: one module per stage, no Dagster import anywhere below."""

@@ -1,0 +1,181 @@
+"""Extraction of many chunks with the configured method, cached per chunk hash.
+
+The cache key is (extractor version, LLM model and prompt settings, chunk id); the chunk id is
+the hash of the chunk's text, so an unchanged chunk is never extracted twice, whichever document
+it belongs to. LLM chunks run concurrently (the client bounds in-flight calls); results are
+cached as they arrive, so an interrupted run keeps what it already paid for.
+
+When the client's circuit breaker opens (the endpoint failed several calls in a row), no further
+chunk is started: the chunks not yet extracted are left for the next build, and the stats say
+which documents are left (``circuit_open``, ``documents_left``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Callable
+
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.extract.records import Extraction
+from graphrag_pipeline.llm.usage import LLMUsage
+
+EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v1", "general": "general-v1"}
+METHODS = tuple(EXTRACTOR_VERSIONS)
+
+
+@dataclass
+class ChunkTask:
+    doc_id: str
+    position: int
+    chunk_id: str
+    text: str
+
+
+@dataclass
+class ExtractionStats:
+    extracted: int = 0
+    cache_hits: int = 0
+    failed_chunks: list[dict] = field(default_factory=list)  # {doc_id, chunk_id, error, raw}
+    failed_documents: dict[str, str] = field(default_factory=dict)  # doc_id -> endpoint error
+    llm: LLMUsage = field(default_factory=LLMUsage)
+    circuit_open: str = ""  # the breaker's message when it opened: the endpoint is down, stop retrying
+    not_attempted: int = 0  # chunks never started because the breaker had opened
+
+    @property
+    def documents_left(self) -> list[str]:
+        """Documents not fully extracted (their output is not written; the next build does them)."""
+        return sorted(self.failed_documents)
+
+
+def settings_fingerprint(method: str, llm=None, settings=None) -> str:
+    if method == "fast":
+        return EXTRACTOR_VERSIONS["fast"]
+    payload = {"v": EXTRACTOR_VERSIONS[method], "model": getattr(llm, "model", ""),
+               "settings": settings.__dict__ if settings is not None else {}}
+    return EXTRACTOR_VERSIONS[method] + "-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def extract_tasks(
+    tasks: list[ChunkTask],
+    method: str,
+    cache: KVCache,
+    stats: ExtractionStats,
+    llm=None,
+    settings=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Extraction]:
+    """Extraction per chunk id. Chunks that failed (unparsable, or the endpoint failed) are absent."""
+    if method not in EXTRACTOR_VERSIONS:
+        raise ValueError(f"unknown extraction method {method!r}; expected one of {', '.join(METHODS)}")
+    if method != "fast" and llm is None:
+        raise ValueError(f"extraction method {method!r} needs an LLM endpoint: set OPENAI_API_KEY "
+                         "(and OPENAI_BASE_URL for a local server), or use --method fast")
+    prefix = settings_fingerprint(method, llm, settings)
+    unique: dict[str, ChunkTask] = {}
+    for t in tasks:
+        unique.setdefault(t.chunk_id, t)
+    cached = cache.get_many(f"{prefix}:{cid}" for cid in unique)
+    out: dict[str, Extraction] = {}
+    todo = []
+    for cid, task in unique.items():
+        hit = cached.get(f"{prefix}:{cid}")
+        if hit is not None:
+            out[cid] = Extraction.from_dict(hit)
+        else:
+            todo.append(task)
+    stats.cache_hits += len(unique) - len(todo)
+    if method == "fast":
+        from graphrag_pipeline.extract.offline import extract_fast
+
+        fresh = {}
+        for i, task in enumerate(todo, 1):
+            out[task.chunk_id] = extract_fast(task.text, task.chunk_id)
+            fresh[f"{prefix}:{task.chunk_id}"] = out[task.chunk_id].to_dict()
+            if progress and i % 200 == 0:
+                progress(i, len(todo))
+        cache.put_many(fresh)
+        stats.extracted += len(todo)
+        return out
+    _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress)
+    return out
+
+
+def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) -> None:
+    from graphrag_pipeline.extract.llm import extract_chunk
+    from graphrag_pipeline.llm.client import LLMCircuitOpen, LLMError
+
+    before = llm.usage_snapshot()
+    pending_cache: dict[str, dict] = {}
+    done = 0
+    workers = max(1, getattr(llm, "max_concurrent", 4))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="extract")
+    queue = iter(todo)
+    futures: dict = {}
+
+    def breaker_open() -> bool:
+        return bool(stats.circuit_open) or bool(getattr(llm, "circuit_open", False))
+
+    def submit(n: int) -> None:
+        # a few chunks beyond the workers, so no worker idles; the rest wait here, where an open
+        # breaker can still stop them from being attempted
+        for _ in range(n):
+            if breaker_open():
+                return
+            task = next(queue, None)
+            if task is None:
+                return
+            futures[pool.submit(extract_chunk, llm, task.text, task.chunk_id, settings)] = task
+
+    try:
+        submit(2 * workers)
+        remaining = set(futures)
+        while remaining:
+            finished, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                task = futures.pop(fut)
+                done += 1
+                try:
+                    outcome = fut.result()
+                except LLMCircuitOpen as exc:
+                    stats.circuit_open = stats.circuit_open or str(exc)
+                    stats.failed_documents.setdefault(task.doc_id, str(exc))
+                    continue
+                except LLMError as exc:
+                    stats.failed_documents.setdefault(task.doc_id, str(exc))
+                    continue
+                if outcome.failed:
+                    stats.failed_chunks.append({"doc_id": task.doc_id, "chunk_id": task.chunk_id,
+                                                "error": outcome.error, "raw": outcome.raw[:4000]})
+                    continue
+                stats.extracted += 1
+                out[task.chunk_id] = outcome.extraction
+                pending_cache[f"{prefix}:{task.chunk_id}"] = outcome.extraction.to_dict()
+            submit(len(finished))
+            remaining = set(futures)
+            if len(pending_cache) >= 20 or not remaining:
+                cache.put_many(pending_cache)
+                pending_cache = {}
+            if progress and finished:
+                progress(done, len(todo))
+        if breaker_open():
+            if not stats.circuit_open:
+                stats.circuit_open = getattr(llm, "circuit_message", "") or "the LLM endpoint's circuit breaker is open"
+            for task in queue:  # never started: left for the next build
+                stats.not_attempted += 1
+                stats.failed_documents.setdefault(task.doc_id, stats.circuit_open)
+    except BaseException:
+        # interrupted (run terminated) or crashed: stop LLM work now, keep what is cached; the calls
+        # still on the wire end with the cancelled client, nobody waits for them
+        llm.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        cache.put_many(pending_cache)
+        raise
+    else:
+        pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        after = llm.usage_snapshot()
+        stats.llm.add(LLMUsage(after.calls - before.calls, after.cache_hits - before.cache_hits,
+                               after.prompt_tokens - before.prompt_tokens, after.completion_tokens - before.completion_tokens))

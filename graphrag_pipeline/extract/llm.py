@@ -1,0 +1,114 @@
+"""LLM extraction of one chunk: the `light` (LightRAG-style) and `general` (Microsoft
+GraphRAG-style) prompts, with gleaning, and bounded retries of malformed answers.
+
+light   : extraction prompt; optional gleaning rounds, each followed (while rounds remain) by a
+          natural-language yes/no "anything missing?" check.
+general : extraction prompt; gleaning (default 1 round) with the "MANY entities were missed"
+          continuation; between rounds a loop check answered with one token, forced by
+          logit_bias on the cl100k ids of YES and NO (max_tokens 1).
+A chunk whose answers still do not parse after the retries is returned as failed, with the raw
+text kept for inspection; it never fails the rest of the document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from graphrag_pipeline.llm import prompts
+from graphrag_pipeline.extract.parsing import parse_extraction, parse_yes_no
+from graphrag_pipeline.extract.records import Extraction
+from graphrag_pipeline.ingest.tokens import encoding
+
+
+@dataclass
+class ExtractionSettings:
+    method: str  # light | general
+    language: str = "English"
+    entity_types: list[str] = field(default_factory=lambda: list(prompts.DEFAULT_ENTITY_TYPES))
+    max_gleanings: int | None = None  # None: light 0, general 1
+    max_parse_retries: int = 2
+
+    @property
+    def gleanings(self) -> int:
+        if self.max_gleanings is not None:
+            return max(0, self.max_gleanings)
+        return 1 if self.method == "general" else 0
+
+
+@dataclass
+class ChunkOutcome:
+    extraction: Extraction
+    failed: bool = False
+    error: str = ""
+    raw: str = ""
+    gleaning_rounds: int = 0
+
+
+@lru_cache(maxsize=1)
+def loop_logit_bias() -> dict[int, int]:
+    """Force the loop check's single output token to be YES or NO (cl100k token ids)."""
+    enc = encoding()
+    return {enc.encode("YES")[0]: 100, enc.encode("NO")[0]: 100}
+
+
+def _format(template: str, **values) -> str:
+    return template.format(
+        tuple_delimiter=prompts.TUPLE_DELIMITER,
+        record_delimiter=prompts.RECORD_DELIMITER,
+        completion_delimiter=prompts.COMPLETION_DELIMITER,
+        **values,
+    )
+
+
+def extract_chunk(client, text: str, chunk_id: str, settings: ExtractionSettings) -> ChunkOutcome:
+    """Extract one chunk; LLMError from the client (endpoint failures) propagates to the caller."""
+    if settings.method not in ("light", "general"):
+        raise ValueError(f"extract_chunk handles light and general, not {settings.method!r}")
+    light = settings.method == "light"
+    prompt = _format(
+        prompts.LIGHT_EXTRACTION if light else prompts.GENERAL_EXTRACTION,
+        language=settings.language,
+        entity_types=", ".join(settings.entity_types),
+        input_text=text,
+    )
+    history = [{"role": "user", "content": prompt}]
+    first = None
+    raw = ""
+    for attempt in range(settings.max_parse_retries + 1):
+        # a retry must not be served the same malformed answer from the cache
+        answer = client.chat(history, use_cache=attempt == 0).text
+        raw = answer
+        parsed = parse_extraction(answer, chunk_id)
+        if parsed.ok:
+            first = answer
+            break
+    if first is None:
+        return ChunkOutcome(Extraction(), failed=True, raw=raw,
+                            error=f"answer could not be parsed after {settings.max_parse_retries + 1} attempts")
+
+    answers = [first]
+    history.append({"role": "assistant", "content": first})
+    rounds = 0
+    for round_no in range(settings.gleanings):
+        history.append({"role": "user", "content": _format(prompts.LIGHT_CONTINUE if light else prompts.GENERAL_CONTINUE)})
+        more = client.chat(history).text
+        rounds += 1
+        answers.append(more)
+        history.append({"role": "assistant", "content": more})
+        if round_no >= settings.gleanings - 1:
+            break
+        if light:
+            history.append({"role": "user", "content": prompts.LIGHT_IF_LOOP})
+            verdict = parse_yes_no(client.chat(history).text)
+        else:
+            history.append({"role": "user", "content": prompts.GENERAL_LOOP})
+            verdict = parse_yes_no(client.chat(history, max_tokens=1, logit_bias=loop_logit_bias()).text)
+        history.pop()
+        if verdict is not True:
+            break
+    # each answer ends with the completion marker, after which a parser stops reading: join the
+    # answers without their markers so gleaned records count
+    combined = prompts.RECORD_DELIMITER.join(a.replace(prompts.COMPLETION_DELIMITER, "") for a in answers)
+    result = parse_extraction(combined + prompts.COMPLETION_DELIMITER, chunk_id)
+    return ChunkOutcome(result.extraction, raw="", gleaning_rounds=rounds)

@@ -1,0 +1,694 @@
+"""Hierarchical Leiden communities over the resolved graph, kept stable from one build to the next.
+
+The first build clusters from scratch with graspologic's Rust core (`hierarchical_leiden`: Leiden
+on the graph, then again on every community of `max_cluster_size` nodes or more, level by
+level). Every later build starts from the previous assignment and lets only the changed part of
+the graph move (`frontier_leiden`): nodes whose edges changed and new nodes, then the neighbours
+of any node that moves.
+Going down the hierarchy, a community whose members and internal edges are unchanged keeps its
+whole sub-tree; one that gained or lost members is re-split starting from its previous
+sub-communities (or from scratch when it had none). So a small edit changes a few communities
+and leaves every other community, its id and its report alone.
+
+A quality guard compares the modularity of the kept top level with a fresh Leiden run on the
+same graph (well under a second at 100k edges). Below `quality_floor` x the fresh value, or
+when asked, or when the clustering settings changed, everything is re-clustered from scratch;
+ids are then still reused wherever a community came out the same.
+
+Community ids key the report partitions. An id is `L<level>-<fingerprint>`, the fingerprint
+hashing the level, the members and their descriptions and the internal edges (unchanged from the
+stateless version, so existing homes keep their ids). A community keeps its id as long as its
+members are the same and less than `refresh_share` of its context (entity and relation texts,
+tokens estimated as characters / 4) differs from the content its report was written from (its
+"basis"). A community that comes back with members and content it had before - an edit that was
+undone - finds its old id, and so its stored report, in the history of recent ids. A graph that
+was clustered before (same edges and weights) gets the same partition again from a small memo.
+
+A community's weight is the sum over its nodes of their degree, normalised by the largest weight
+of its level, as in the seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import graspologic_native as gn
+import numpy as np
+import polars as pl
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity
+
+DEFAULT_MAX_CLUSTER_SIZE = 12
+DEFAULT_SEED = 0xDEADBEEF
+DEFAULT_QUALITY_FLOOR = 0.98  # kept modularity below this share of a fresh run's -> re-cluster
+DEFAULT_REFRESH_SHARE = 0.2  # share of a community's context that must change before its report is rewritten
+HISTORY_GENERATIONS = 10  # superseded ids (and their reports) are kept this many clustering changes
+
+COMMUNITY_SCHEMA = {
+    "community_id": pl.Utf8,  # L<level>-<fingerprint when the report was written>; the report partition key
+    "level": pl.Int64,
+    "cluster": pl.Int64,  # internal label (not stable across builds)
+    "parent_id": pl.Utf8,  # community_id of the parent cluster, null at level 0
+    "nodes": pl.List(pl.Utf8),  # member node keys, sorted
+    "size": pl.Int64,
+    "weight": pl.Float64,
+    "fingerprint": pl.Utf8,  # hash of the current level, members, descriptions and internal edges
+}
+EDGE_STATE_SCHEMA = {"a": pl.Utf8, "b": pl.Utf8, "w": pl.Float64, "c": pl.UInt64}  # c: hash of the description
+NODE_STATE_SCHEMA = {"key": pl.Utf8, "c": pl.UInt64}  # c: hash of name, type and description
+# change detection hashes (polars') are compared only with hashes of the same scheme; the report
+# bases use a stable hash of their own (blake2b), so a polars upgrade costs work, never reports
+HASH_SCHEME = f"polars-{pl.__version__}"
+BASIS_SCHEMA = {"community_id": pl.Utf8, "item": pl.UInt64, "content": pl.UInt64, "tokens": pl.Int64}
+HISTORY_SCHEMA = {"community_id": pl.Utf8, "level": pl.Int64, "members_hash": pl.Utf8, "last_generation": pl.Int64}
+STRUCTURE_SCHEMA = {"label": pl.Int64, "level": pl.Int64, "parent": pl.Int64, "nodes": pl.List(pl.Utf8)}
+
+
+@dataclass
+class CommunityResult:
+    communities: pl.DataFrame
+    message: str
+
+
+@dataclass
+class CommunityState:
+    """What one clustering leaves for the next: its table, the graph it clustered, the content each
+    id's report was written from (bases) and the recent ids (history)."""
+
+    table: pl.DataFrame
+    edges: pl.DataFrame  # the clustered edge list (a < b, weight)
+    bases: pl.DataFrame
+    history: pl.DataFrame
+    generation: int
+    settings: dict
+    retired: set[str] = field(default_factory=set)  # ids never to be used again (their reports were deleted)
+    nodes: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NODE_STATE_SCHEMA))
+    hash_scheme: str = HASH_SCHEME
+
+
+@dataclass
+class CommunityUpdate:
+    communities: pl.DataFrame
+    message: str
+    state: CommunityState
+    metrics: dict = field(default_factory=dict)
+    memo: tuple[str, pl.DataFrame] | None = None  # (graph digest, structure) to remember
+    retained_ids: set[str] = field(default_factory=set)  # ids whose reports must be kept (current + recent)
+
+
+@dataclass
+class _Cluster:
+    label: int
+    level: int
+    parent: int | None
+    members: np.ndarray  # sorted node indices
+
+
+# -- the clustered graph ----------------------------------------------------------------------
+@dataclass
+class _Graph:
+    keys: list[str]  # all node keys, sorted; index = node id
+    csr: CSRGraph
+    mask: np.ndarray  # nodes that are clustered (largest connected component, or all with an edge)
+    src: np.ndarray
+    dst: np.ndarray
+    w: np.ndarray  # the clustered edges, src < dst by key order
+    c: np.ndarray  # hash of each clustered edge's description
+
+    def edge_list(self) -> list[tuple[str, str, float]]:
+        k = self.keys
+        return [(k[a], k[b], float(x)) for a, b, x in zip(self.src.tolist(), self.dst.tolist(), self.w.tolist())]
+
+    def edge_frame(self) -> pl.DataFrame:
+        keys = np.array(self.keys, dtype=object)
+        return pl.DataFrame({"a": keys[self.src].tolist(), "b": keys[self.dst].tolist(), "w": self.w, "c": self.c},
+                            schema=EDGE_STATE_SCHEMA)
+
+
+def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) -> _Graph:
+    e = (
+        edges.select(
+            pl.min_horizontal("source_key", "target_key").alias("a"),
+            pl.max_horizontal("source_key", "target_key").alias("b"),
+            pl.when(pl.col("weight") > 0).then(pl.col("weight")).otherwise(1.0).cast(pl.Float64).alias("w"),
+            (pl.col("description").hash(7) if "description" in edges.columns else pl.lit(0, pl.UInt64)).alias("c"),
+        )
+        .filter(pl.col("a") != pl.col("b"))
+        .unique(["a", "b"], keep="last", maintain_order=True)
+    )
+    keys = sorted(set(nodes["key"].to_list()) | set(e["a"].to_list()) | set(e["b"].to_list()))
+    index = {k: i for i, k in enumerate(keys)}
+    src = np.fromiter((index[x] for x in e["a"].to_list()), dtype=np.int64, count=e.height)
+    dst = np.fromiter((index[x] for x in e["b"].to_list()), dtype=np.int64, count=e.height)
+    w = e["w"].to_numpy().astype(np.float64)
+    c = e["c"].to_numpy().astype(np.uint64)
+    n = len(keys)
+    has_edge = np.zeros(n, dtype=bool)
+    has_edge[src] = True
+    has_edge[dst] = True
+    if use_lcc and e.height:
+        adj = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+        count, comp = connected_components(adj, directed=False)
+        sizes = np.bincount(comp, minlength=count)
+        smallest_key = np.full(count, -1, dtype=np.int64)  # keys are sorted: the first index is the smallest key
+        for i in range(n - 1, -1, -1):
+            smallest_key[comp[i]] = i
+        # the largest component; among equals the one whose smallest key sorts last (as before)
+        best = max(range(count), key=lambda c: (sizes[c], smallest_key[c]))
+        mask = (comp == best) & has_edge
+    else:
+        mask = has_edge
+    keep = mask[src] & mask[dst]
+    src, dst, w, c = src[keep], dst[keep], w[keep], c[keep]
+    order = np.lexsort((dst, src))
+    src, dst, w, c = src[order], dst[order], w[order], c[order]
+    return _Graph(keys, CSRGraph.from_edges(n, src, dst, w), mask, src, dst, w, c)
+
+
+def _node_hashes(nodes: pl.DataFrame) -> pl.DataFrame:
+    cols = [c for c in ("name", "type", "description") if c in nodes.columns]
+    return nodes.select("key", pl.struct(cols).hash(7).alias("c")).cast(NODE_STATE_SCHEMA)
+
+
+def _graph_digest(g: _Graph, settings: dict) -> str:
+    """A hash of the clustered graph (node keys, edges, weights to 6 decimals) and the settings."""
+    h = hashlib.sha256(repr(sorted(settings.items())).encode())
+    clustered = np.flatnonzero(g.mask)
+    h.update("\x00".join(g.keys[i] for i in clustered).encode())
+    position = np.cumsum(g.mask) - 1  # edges as positions among the clustered keys
+    h.update(position[g.src].astype(np.int64).tobytes())
+    h.update(position[g.dst].astype(np.int64).tobytes())
+    h.update(np.round(g.w, 6).tobytes())
+    return h.hexdigest()[:24]
+
+
+# -- clustering ---------------------------------------------------------------------------------
+def _fresh_hierarchy(edge_list: list[tuple[str, str, float]], index: dict[str, int], *, max_cluster_size: int,
+                     seed: int, level_offset: int = 0, parent: int | None = None, next_label: int = 0) -> tuple[list[_Cluster], int]:
+    """graspologic's hierarchical Leiden on an edge list; labels renumbered from `next_label`."""
+    clusters = gn.hierarchical_leiden(edge_list, max_cluster_size=max_cluster_size, seed=seed)
+    members: dict[tuple[int, int], list[int]] = defaultdict(list)
+    parents: dict[tuple[int, int], int | None] = {}
+    for c in clusters:
+        members[(c.level, c.cluster)].append(index[c.node])
+        parents[(c.level, c.cluster)] = c.parent_cluster
+    labels = {}
+    for key in sorted(members):
+        labels[key] = next_label
+        next_label += 1
+    out = []
+    for (level, cluster), m in sorted(members.items()):
+        p = parents[(level, cluster)]
+        out.append(_Cluster(labels[(level, cluster)], level + level_offset,
+                            labels[(level - 1, p)] if level > 0 and p is not None else parent, np.array(sorted(m), dtype=np.int64)))
+    return out, next_label
+
+
+@dataclass
+class _Previous:
+    """The previous hierarchy in terms of the current node ids."""
+
+    label_at: list[np.ndarray]  # per level: node -> previous label (-1 = none)
+    level: dict[int, int]
+    parent: dict[int, int | None]
+    member_keys: dict[int, frozenset[str]]  # original members (including nodes gone since)
+    children: dict[int, list[int]]
+    members: dict[int, np.ndarray]  # members still present
+    max_label: int
+    ids: dict[int, str] = field(default_factory=dict)
+    fingerprints: dict[int, str] = field(default_factory=dict)
+
+
+def _previous_hierarchy(table: pl.DataFrame, g: _Graph) -> _Previous:
+    index = {k: i for i, k in enumerate(g.keys)}
+    rows = table.sort(["level", "community_id"]).to_dicts()
+    label_of = {r["community_id"]: i for i, r in enumerate(rows)}
+    depth = (max(r["level"] for r in rows) + 1) if rows else 0
+    label_at = [np.full(len(g.keys), -1, dtype=np.int64) for _ in range(depth + 1)]
+    prev = _Previous(label_at, {}, {}, {}, defaultdict(list), {}, len(rows))
+    for r in rows:
+        lab = label_of[r["community_id"]]
+        prev.level[lab] = r["level"]
+        prev.parent[lab] = label_of.get(r["parent_id"]) if r["parent_id"] else None
+        if prev.parent[lab] is not None:
+            prev.children[prev.parent[lab]].append(lab)
+        prev.member_keys[lab] = frozenset(r["nodes"])
+        prev.ids[lab] = r["community_id"]
+        prev.fingerprints[lab] = r["fingerprint"]
+        present = np.array(sorted(index[k] for k in r["nodes"] if k in index), dtype=np.int64)
+        prev.members[lab] = present
+        label_at[r["level"]][present] = lab
+    return prev
+
+
+def _changes(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState) -> tuple[np.ndarray, np.ndarray]:
+    """(moved, touched): `moved` are the nodes whose edges were added, removed or re-weighted and
+    the nodes new to the clustering (they start the frontier); `touched` adds the nodes whose own
+    text or whose edges' descriptions changed (their communities' content is looked at again)."""
+    index = {k: i for i, k in enumerate(g.keys)}
+    n = len(g.keys)
+
+    def mark(keys: list[str]) -> np.ndarray:
+        out = np.zeros(n, dtype=bool)
+        hit = [index[k] for k in keys if k in index]
+        out[hit] = True
+        return out
+
+    prev_edges = previous.edges if "c" in previous.edges.columns else previous.edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
+    both = g.edge_frame().join(prev_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old")
+    structural = both.filter(pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9))
+    moved = mark(structural["a"].to_list() + structural["b"].to_list())
+    was = set(prev_edges["a"].to_list()) | set(prev_edges["b"].to_list())
+    moved |= g.mask & ~mark(list(was))
+    touched = moved.copy()
+    if previous.hash_scheme != HASH_SCHEME or previous.nodes.height == 0:
+        touched[:] = True
+    else:
+        text = both.filter(pl.col("c").is_null() | pl.col("c_old").is_null() | (pl.col("c") != pl.col("c_old")))
+        touched |= mark(text["a"].to_list() + text["b"].to_list())
+        nodes_now = node_hashes.join(previous.nodes, on="key", how="left", suffix="_old")
+        touched |= mark(nodes_now.filter(pl.col("c_old").is_null() | (pl.col("c") != pl.col("c_old")))["key"].to_list())
+    return moved & g.mask, touched & g.mask
+
+
+def _sub_edge_list(g: _Graph, members: np.ndarray) -> list[tuple[str, str, float]]:
+    inside = np.zeros(len(g.keys), dtype=bool)
+    inside[members] = True
+    keep = inside[g.src] & inside[g.dst]
+    k = g.keys
+    return [(k[a], k[b], float(x)) for a, b, x in zip(g.src[keep].tolist(), g.dst[keep].tolist(), g.w[keep].tolist())]
+
+
+def _update_hierarchy(g: _Graph, prev: _Previous, affected: np.ndarray, *, max_cluster_size: int, seed: int) -> tuple[list[_Cluster], dict]:
+    index = {k: i for i, k in enumerate(g.keys)}
+    stats = {"moved_nodes": 0, "frontier_nodes": 0, "subtrees_kept": 0, "subtrees_updated": 0, "subtrees_fresh": 0}
+    next_label = prev.max_label
+    out: list[_Cluster] = []
+
+    start = np.where(g.mask, prev.label_at[0] if prev.label_at else -1, -1)
+    frontier = affected & g.mask
+    stats["frontier_nodes"] = int(frontier.sum())
+    top = frontier_update(g.csr, g.mask, start, frontier, next_label)
+    next_label = top.next_label
+    stats["moved_nodes"] += top.moved
+
+    def copy_subtree(label: int) -> None:
+        for child in sorted(prev.children.get(label, [])):
+            out.append(_Cluster(child, prev.level[child], label, prev.members[child]))
+            copy_subtree(child)
+
+    def process(level: int, labels: np.ndarray, scope: np.ndarray, parent: int | None) -> None:
+        nonlocal next_label
+        idx = np.flatnonzero(scope)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, lab in zip(idx.tolist(), labels[idx].tolist()):
+            groups[lab].append(i)
+        for lab in sorted(groups):
+            members = np.array(groups[lab], dtype=np.int64)
+            out.append(_Cluster(lab, level, parent, members))
+            if len(members) < max_cluster_size:
+                continue
+            keys = frozenset(g.keys[i] for i in members)
+            if prev.level.get(lab) == level and prev.member_keys.get(lab) == keys and not affected[members].any():
+                copy_subtree(lab)
+                stats["subtrees_kept"] += 1
+                continue
+            sub = np.zeros(len(g.keys), dtype=bool)
+            sub[members] = True
+            child = np.full(len(g.keys), -1, dtype=np.int64)
+            if level + 1 < len(prev.label_at):
+                below = prev.label_at[level + 1][members]
+                ok = np.array([b >= 0 and prev.parent.get(int(b)) == lab for b in below.tolist()], dtype=bool)
+                child[members[ok]] = below[ok]
+            if not (child[members] >= 0).any():
+                sub_edges = _sub_edge_list(g, members)
+                if not sub_edges:
+                    continue
+                fresh, next_label = _fresh_hierarchy(sub_edges, index, max_cluster_size=max_cluster_size, seed=seed,
+                                                     level_offset=level + 1, parent=lab, next_label=next_label)
+                if sum(1 for c in fresh if c.level == level + 1) > 1:
+                    out.extend(fresh)
+                stats["subtrees_fresh"] += 1
+                continue
+            local = (affected & sub) | (sub & (child < 0))
+            upd = frontier_update(g.csr, sub, child, local, next_label)
+            next_label = upd.next_label
+            stats["moved_nodes"] += upd.moved
+            stats["subtrees_updated"] += 1
+            if len(set(upd.labels[members].tolist())) > 1:
+                process(level + 1, upd.labels, sub, lab)
+
+    process(0, top.labels, g.mask.copy(), None)
+    return out, stats
+
+
+def _structure_frame(clusters: list[_Cluster], keys: list[str]) -> pl.DataFrame:
+    return pl.DataFrame([{"label": c.label, "level": c.level, "parent": c.parent, "nodes": [keys[i] for i in c.members]}
+                         for c in clusters], schema=STRUCTURE_SCHEMA)
+
+
+def _clusters_from_structure(df: pl.DataFrame, index: dict[str, int]) -> list[_Cluster] | None:
+    out = []
+    for r in df.to_dicts():
+        if any(k not in index for k in r["nodes"]):
+            return None
+        out.append(_Cluster(r["label"], r["level"], r["parent"], np.array(sorted(index[k] for k in r["nodes"]), dtype=np.int64)))
+    return out
+
+
+# -- content, fingerprints and ids --------------------------------------------------------------
+def _h64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _fingerprint(level: int, members: list[str], descriptions: dict, edges: list[tuple]) -> str:
+    h = hashlib.sha256(f"L{level}".encode())
+    for key in members:
+        h.update(b"\x00n" + key.encode() + b"\x01" + (descriptions.get(key) or "").encode())
+    for e in edges:
+        h.update(b"\x00e" + "\x01".join(map(str, e)).encode())
+    return h.hexdigest()[:16]
+
+
+def _members_hash(level: int, members: list[str]) -> str:
+    return hashlib.sha256((f"L{level}\x00" + "\x00".join(members)).encode()).hexdigest()[:24]
+
+
+@dataclass
+class _Content:
+    descriptions: dict[str, str]
+    node_item: dict[str, tuple[int, int, int]]  # key -> (item hash, content hash, tokens)
+    edge_item: dict[tuple[str, str], tuple[int, int, int]]
+
+
+def _content(nodes: pl.DataFrame, edges: pl.DataFrame, keys: set[str], pairs: set[tuple[str, str]]) -> _Content:
+    """Descriptions and item hashes of the nodes `keys` and the edges `pairs` (a < b) only."""
+    wanted = pl.Series("k", sorted(keys), dtype=pl.Utf8).implode()
+    sub = nodes.filter(pl.col("key").is_in(wanted))
+    cols = set(sub.columns)
+    names = sub["name"].to_list() if "name" in cols else sub["key"].to_list()
+    types = sub["type"].to_list() if "type" in cols else [""] * sub.height
+    descs = sub["description"].to_list()
+    node_item = {}
+    for key, name, etype, desc in zip(sub["key"].to_list(), names, types, descs):
+        text = f"{name}\x00{etype}\x00{desc or ''}"
+        node_item[key] = (_h64("n\x00" + key), _h64(text), len(text) // 4 + 1)
+    edge_item = {}
+    if "description" in edges.columns and pairs:
+        e = edges.select(pl.min_horizontal("source_key", "target_key").alias("a"),
+                         pl.max_horizontal("source_key", "target_key").alias("b"), "description")
+        want = pl.DataFrame(sorted(pairs), schema={"a": pl.Utf8, "b": pl.Utf8}, orient="row")
+        for a, b, desc in e.join(want, on=["a", "b"], how="semi").iter_rows():
+            text = desc or ""
+            edge_item[(a, b)] = (_h64(f"e\x00{a}\x00{b}"), _h64(text), len(text) // 4 + 1)
+    return _Content(dict(zip(sub["key"].to_list(), descs)), node_item, edge_item)
+
+
+def _internal_edges(g: _Graph, clusters: list[_Cluster]) -> dict[int, list[tuple[int, int, float]]]:
+    """Per cluster label: its internal edges (src < dst ids, weight), sorted."""
+    by_level: dict[int, list[_Cluster]] = defaultdict(list)
+    for c in clusters:
+        by_level[c.level].append(c)
+    out: dict[int, list[tuple[int, int, float]]] = {}
+    for cs in by_level.values():
+        lab = np.full(len(g.keys), -1, dtype=np.int64)
+        for c in cs:
+            lab[c.members] = c.label
+        same = (lab[g.src] >= 0) & (lab[g.src] == lab[g.dst])
+        groups: dict[int, list] = defaultdict(list)
+        for c, a, b, w in zip(lab[g.src][same].tolist(), g.src[same].tolist(), g.dst[same].tolist(), g.w[same].tolist()):
+            groups[c].append((a, b, w))
+        for c in cs:
+            out[c.label] = groups.get(c.label, [])
+    return out
+
+
+def _describe(g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: pl.DataFrame,
+              clean: dict[int, str]) -> tuple[dict[int, dict], dict[int, list]]:
+    """Per cluster label: member keys, fingerprint and (raw) weight; and the content items of the
+    clusters not in `clean` (label -> fingerprint of an unchanged community, whose work is skipped)."""
+    keys = g.keys
+    degree = np.diff(g.csr.indptr)
+    dirty = [c for c in clusters if c.label not in clean]
+    internal = _internal_edges(g, dirty)
+    member_keys = {c.label: [keys[i] for i in c.members] for c in clusters}
+    edge_keys = {c.label: [(keys[a], keys[b], round(w, 6)) for a, b, w in internal[c.label]] for c in dirty}
+    content = _content(nodes, edges, {k for c in dirty for k in member_keys[c.label]},
+                       {(a, b) for c in dirty for a, b, _ in edge_keys[c.label]})
+    info, items = {}, {}
+    for c in clusters:
+        members = member_keys[c.label]
+        weight = float(degree[c.members].sum())
+        if c.label in clean:
+            info[c.label] = {"members": members, "fingerprint": clean[c.label], "weight": weight}
+            continue
+        e = edge_keys[c.label]
+        info[c.label] = {"members": members, "weight": weight,
+                         "fingerprint": _fingerprint(c.level, members, content.descriptions, e)}
+        items[c.label] = ([content.node_item[k] for k in members if k in content.node_item]
+                          + [content.edge_item[(a, b)] for a, b, _ in e if (a, b) in content.edge_item])
+    return info, items
+
+
+def _table(clusters: list[_Cluster], info: dict[int, dict], ids: dict[int, str]) -> pl.DataFrame:
+    """The communities table; `ids` (label -> id) where known, else ids from fingerprints."""
+    ids = dict(ids)
+    for c in clusters:
+        ids.setdefault(c.label, f"L{c.level}-{info[c.label]['fingerprint']}")
+    max_w: dict[int, float] = defaultdict(float)
+    for c in clusters:
+        max_w[c.level] = max(max_w[c.level], info[c.label]["weight"])
+    rows = []
+    for c in clusters:
+        w = info[c.label]["weight"]
+        rows.append({
+            "community_id": ids[c.label], "level": c.level, "cluster": c.label,
+            "parent_id": ids[c.parent] if c.parent is not None else None,
+            "nodes": info[c.label]["members"], "size": len(c.members),
+            "weight": (w / max_w[c.level]) if max_w[c.level] > 0 else 0.0, "fingerprint": info[c.label]["fingerprint"],
+        })
+    return pl.DataFrame(rows, schema=COMMUNITY_SCHEMA).sort(["level", "weight", "community_id"], descending=[False, True, False])
+
+
+def changed_share(basis: list[tuple[int, int, int]], current: list[tuple[int, int, int]]) -> float:
+    """Share of a community's context (in estimated tokens) that differs from its basis."""
+    old = {i: (c, t) for i, c, t in basis}
+    new = {i: (c, t) for i, c, t in current}
+    total = max(sum(t for _, t in old.values()), sum(t for _, t in new.values()), 1)
+    changed = 0
+    for item in old.keys() | new.keys():
+        a, b = old.get(item), new.get(item)
+        if a is None or b is None or a[0] != b[0]:
+            changed += max(a[1] if a else 0, b[1] if b else 0)
+    return changed / total
+
+
+def _assign_ids(clusters: list[_Cluster], info: dict, items: dict, previous: CommunityState | None,
+                refresh_share: float, retired: set[str], generation: int) -> tuple[dict[int, str], dict]:
+    """An id for every cluster. A recent community with the same level and members whose basis is
+    close enough to the current content lends its id; otherwise the id follows the current
+    fingerprint. Retired ids (reports deleted or lost) are never handed out again."""
+    stats = {"kept_ids": 0, "content_refreshed": 0}
+    candidates: dict[tuple[int, str], list[tuple[int, str]]] = defaultdict(list)
+    bases: dict[str, list] = defaultdict(list)
+    current_ids: set[str] = set()
+    if previous is not None and previous.history.height:
+        current_ids = set(previous.table["community_id"].to_list())
+        for cid, level, mh, gen in previous.history.select("community_id", "level", "members_hash", "last_generation").iter_rows():
+            if cid not in retired:
+                candidates[(level, mh)].append((gen, cid))
+        wanted = {cid for c in clusters if c.label in items
+                  for _, cid in candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])), [])}
+        if wanted:
+            for cid, item, cont, tok in previous.bases.filter(pl.col("community_id").is_in(list(wanted))).iter_rows():
+                bases[cid].append((item, cont, tok))
+    ids: dict[int, str] = {}
+    for c in clusters:
+        if c.label not in items:
+            continue  # unchanged: keeps its id
+        fp_id = f"L{c.level}-{info[c.label]['fingerprint']}"
+        found = candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])))
+        if found:
+            shares = [(changed_share(bases.get(cid, []), items[c.label]), -gen, cid) for gen, cid in found]
+            share, _, best = min(shares)
+            if share <= refresh_share or best == fp_id:
+                ids[c.label] = best
+                stats["kept_ids"] += 1
+                continue
+            if any(cid in current_ids for _, cid in found):
+                stats["content_refreshed"] += 1
+        cid, n = fp_id, 0
+        while cid in retired:  # a key whose report was deleted: Dagster still counts it materialized
+            n += 1
+            cid = f"{fp_id}-{generation}" + (f".{n}" if n > 1 else "")
+        ids[c.label] = cid
+    return ids, stats
+
+
+# -- the update ---------------------------------------------------------------------------------
+def _empty_state(settings: dict, generation: int, previous: CommunityState | None) -> CommunityState:
+    # every earlier id is retired: their reports go, and Dagster must not mistake a returning key for a written one
+    retired = set(previous.retired | set(previous.history["community_id"].to_list())) if previous else set()
+    return CommunityState(pl.DataFrame(schema=COMMUNITY_SCHEMA), pl.DataFrame(schema=EDGE_STATE_SCHEMA),
+                          pl.DataFrame(schema=BASIS_SCHEMA), pl.DataFrame(schema=HISTORY_SCHEMA), generation, settings, retired)
+
+
+def update_communities(
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    previous: CommunityState | None = None,
+    *,
+    max_cluster_size: int = DEFAULT_MAX_CLUSTER_SIZE,
+    seed: int = DEFAULT_SEED,
+    use_lcc: bool = True,
+    full_recluster: bool = False,
+    quality_floor: float = DEFAULT_QUALITY_FLOOR,
+    refresh_share: float = DEFAULT_REFRESH_SHARE,
+    memo=None,
+    lost_ids: set[str] | None = None,
+) -> CommunityUpdate:
+    """Cluster the graph, starting from `previous` when given (see the module docstring).
+
+    `lost_ids`: ids of the previous build whose reports are gone although Dagster counts them as
+    written; they are retired, so the community gets a new id and a new report partition.
+    `memo(digest)` may return the structure of a graph clustered before (same edges, weights and
+    settings); the update returns the structure of this graph for the caller to remember.
+    """
+    settings = {"max_cluster_size": int(max_cluster_size), "seed": int(seed), "use_lcc": bool(use_lcc)}
+    generation = (previous.generation + 1) if previous else 1
+    if nodes.height == 0 or edges.height == 0:
+        message = "graph is empty: no communities" if nodes.height == 0 else \
+            f"graph has {nodes.height} nodes but no edges: no communities"
+        state = _empty_state(settings, generation, previous)
+        return CommunityUpdate(state.table, message, state, {"communities": 0, "reclustered": True,
+                                                             "recluster_reason": "no edges"})
+    g = _clustered_graph(nodes, edges, use_lcc)
+    if len(g.src) == 0:
+        state = _empty_state(settings, generation, previous)
+        return CommunityUpdate(state.table, f"graph has {nodes.height} nodes but no edges: no communities", state,
+                               {"communities": 0, "reclustered": True, "recluster_reason": "no edges"})
+    index = {k: i for i, k in enumerate(g.keys)}
+    node_hashes = _node_hashes(nodes)
+    edge_list = g.edge_list()
+    digest = _graph_digest(g, settings)
+    metrics: dict = {}
+
+    reason = None
+    if previous is None or previous.table.height == 0:
+        reason = "first clustering"
+    elif previous.settings != settings:
+        reason = f"clustering settings changed ({previous.settings} -> {settings})"
+    elif full_recluster:
+        reason = "full re-clustering was asked for"
+
+    clusters = None
+    remembered = memo(digest) if (memo and reason in (None, "first clustering")) else None
+    if remembered is not None:
+        clusters = _clusters_from_structure(remembered, index)
+        if clusters is not None:
+            metrics["source"] = "memo (this graph was clustered before)"
+    _, fresh_labels = gn.leiden(edge_list, seed=seed)
+    fresh_quality = gn.modularity(edge_list, fresh_labels)
+    prev, touched = None, None
+    if clusters is None and reason is None:
+        prev = _previous_hierarchy(previous.table, g)
+        affected, touched = _changes(g, node_hashes, previous)
+        clusters, stats = _update_hierarchy(g, prev, affected, max_cluster_size=max_cluster_size, seed=seed)
+        metrics.update(stats, source="frontier update", affected_nodes=int(affected.sum()))
+        kept_quality = _top_modularity(g, clusters)
+        if kept_quality < quality_floor * fresh_quality:
+            reason = (f"modularity of the kept partition {kept_quality:.4f} < {quality_floor} x fresh Leiden's "
+                      f"{fresh_quality:.4f}")
+            metrics["modularity_before_recluster"] = round(kept_quality, 6)
+            clusters, prev = None, None
+    if clusters is None:
+        clusters, _ = _fresh_hierarchy(edge_list, index, max_cluster_size=max_cluster_size, seed=seed)
+        metrics["source"] = "fresh Leiden"
+    kept_quality = _top_modularity(g, clusters)
+
+    # a community that kept its label, its members and the text of its members and edges keeps its
+    # id, fingerprint and basis without being looked at again
+    retired = (previous.retired if previous else set()) | set(lost_ids or ())
+    clean = {}
+    if prev is not None:
+        for c in clusters:
+            if (prev.level.get(c.label) == c.level and not touched[c.members].any() and prev.ids[c.label] not in retired
+                    and prev.member_keys[c.label] == frozenset(g.keys[i] for i in c.members)):
+                clean[c.label] = prev.fingerprints[c.label]
+    info, items = _describe(g, clusters, nodes, edges, clean)
+    ids_clean = {label: prev.ids[label] for label in clean} if prev is not None else {}
+    ids, id_stats = _assign_ids(clusters, info, items, previous, refresh_share, retired, generation)
+    df = _table(clusters, info, {**ids, **ids_clean})
+    metrics["communities_unchanged"] = len(clean)
+
+    prev_ids = set(previous.table["community_id"].to_list()) if previous else set()
+    now_ids = df["community_id"].to_list()
+    new_ids = [c for c in now_ids if c not in prev_ids]
+    metrics.update({
+        "communities": df.height,
+        "communities_changed": len(new_ids),
+        "communities_removed": len(prev_ids - set(now_ids)),
+        "communities_kept": df.height - len(new_ids),
+        "modularity_kept": round(kept_quality, 6),
+        "modularity_fresh": round(fresh_quality, 6),
+        "reclustered": reason is not None,
+        "recluster_reason": reason or "",
+        **id_stats,
+    })
+    state = _next_state(previous, df, clusters, info, items, g, settings, generation, retired, node_hashes)
+    per_level = df.group_by("level").len().sort("level")
+    levels = ", ".join(f"level {lvl}: {n}" for lvl, n in per_level.iter_rows())
+    message = f"{df.height} communities over {int(g.mask.sum())} nodes ({levels})"
+    retained = set(state.history["community_id"].to_list())
+    return CommunityUpdate(df, message, state, metrics, (digest, _structure_frame(clusters, g.keys)), retained)
+
+
+def _top_modularity(g: _Graph, clusters: list[_Cluster]) -> float:
+    labels = np.full(len(g.keys), -1, dtype=np.int64)
+    for c in clusters:
+        if c.level == 0:
+            labels[c.members] = c.label
+    return modularity(g.csr, g.mask, labels)
+
+
+def _next_state(previous: CommunityState | None, df: pl.DataFrame, clusters: list[_Cluster], info: dict, items: dict,
+                g: _Graph, settings: dict, generation: int, retired: set[str], node_hashes: pl.DataFrame) -> CommunityState:
+    id_of = dict(zip(df["cluster"].to_list(), df["community_id"].to_list()))
+    old_bases = previous.bases if previous else pl.DataFrame(schema=BASIS_SCHEMA)
+    known = set(old_bases["community_id"].unique().to_list())
+    fresh_rows = []
+    history_rows = []
+    for c in clusters:
+        cid = id_of[c.label]
+        history_rows.append((cid, c.level, _members_hash(c.level, info[c.label]["members"]), generation))
+        if cid not in known and c.label in items:
+            fresh_rows.extend((cid, i, cont, tok) for i, cont, tok in items[c.label])
+            known.add(cid)
+    history = pl.DataFrame(history_rows, schema=HISTORY_SCHEMA, orient="row")
+    retired = set(retired)
+    if previous is not None and previous.history.height:
+        older = previous.history.filter(~pl.col("community_id").is_in(history["community_id"].implode()))
+        keep = (pl.col("last_generation") > generation - HISTORY_GENERATIONS) & ~pl.col("community_id").is_in(list(retired))
+        retired |= set(older.filter(~keep)["community_id"].to_list())  # their reports will be deleted
+        history = pl.concat([history, older.filter(keep)])
+    live = history["community_id"].implode()
+    bases = pl.concat([old_bases.filter(pl.col("community_id").is_in(live)),
+                       pl.DataFrame(fresh_rows, schema=BASIS_SCHEMA, orient="row")])
+    return CommunityState(df, g.edge_frame(), bases, history, generation, settings, retired, node_hashes)
+
+
+def detect_communities(
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    *,
+    max_cluster_size: int = DEFAULT_MAX_CLUSTER_SIZE,
+    seed: int = DEFAULT_SEED,
+    use_lcc: bool = True,
+) -> CommunityResult:
+    """Cluster from scratch (no previous state); an empty or edgeless graph yields zero communities and a message."""
+    update = update_communities(nodes, edges, None, max_cluster_size=max_cluster_size, seed=seed, use_lcc=use_lcc)
+    return CommunityResult(update.communities, update.message)

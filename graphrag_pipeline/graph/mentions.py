@@ -1,0 +1,181 @@
+"""The merged knowledge graph, kept up to date per changed document.
+
+Every document's extraction is a pair of Parquet files (its entity and relation mentions). A
+build needs them all merged, but reading thousands of small files and merging every row again
+costs time in proportion to the corpus. Instead, the mention rows of all documents are kept in
+`SHARDS` shard files (a document's shard is a hash of its key), next to the merged graph of the
+previous build, published together as one bundle (see `storage.ParquetBundle`):
+
+- a document whose subgraph files changed (size or modification time), appeared or vanished has
+  its old rows taken out of its shard and its new rows put in; only those shards are rewritten;
+- the entity keys those rows mention are the affected keys; their nodes, and the edges touching
+  them, are merged again from all their rows (of every document); every other node and edge is
+  the previous build's (`merge.merge_affected`, equal to a full merge by construction and test);
+- degree and PageRank are recomputed over the whole graph (a sparse power iteration: milliseconds).
+
+Without a usable bundle (first build, or files damaged) everything is merged from the
+per-document files, which stay the source of truth.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import polars as pl
+
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.graph.merge import _merge_edges, _merge_nodes, dropped_relations, merge_affected
+from graphrag_pipeline.storage.files import ParquetBundle
+from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
+
+SHARDS = 32
+SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
+
+
+def shard_of(doc_id: str) -> int:
+    return zlib.crc32(doc_id.encode("utf-8")) % SHARDS
+
+
+@dataclass
+class MergedGraph:
+    nodes: pl.DataFrame  # with degree and pagerank
+    edges: pl.DataFrame
+    dropped_relations: int  # dropped while extracting documents + while merging
+    documents_changed: int  # documents whose mentions were (re)read
+    documents_removed: int
+    affected_keys: int  # entity keys merged again (-1: everything was merged)
+    full: bool  # merged from scratch
+
+
+def _with_shard(df: pl.DataFrame) -> pl.DataFrame:
+    if df.height == 0:
+        return df.with_columns(pl.lit(0, pl.Int64).alias("_shard"))
+    shard = {d: shard_of(d) for d in df["doc_id"].unique().to_list()}
+    return df.with_columns(pl.col("doc_id").replace_strict(shard, return_dtype=pl.Int64).alias("_shard"))
+
+
+def update_merged_graph(store, keys: list[str]) -> MergedGraph:
+    """Merge the subgraphs of documents `keys`, reusing the previous build's merge (see above)."""
+    bundle = ParquetBundle(store.paths.graph_dir, "mentions")
+    manifest = bundle.manifest()
+    signatures = store.subgraph_signatures(keys)
+    if manifest is not None and "merge_dropped" in manifest:
+        try:
+            return _update(store, bundle, manifest, keys, signatures)
+        except (OSError, KeyError, pl.exceptions.PolarsError):
+            pass  # a damaged bundle: merge from the per-document files
+    return _full(store, bundle, manifest, keys, signatures)
+
+
+def _sources(store, keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
+    rows = [(k, signatures[k], int((store.subgraph_info(k) or {}).get("dropped_relations", 0))) for k in keys]
+    return pl.DataFrame(rows, schema=SOURCES_SCHEMA, orient="row")
+
+
+def _full(store, bundle: ParquetBundle, manifest: dict | None, keys: list[str], signatures: dict[str, str]) -> MergedGraph:
+    entities, relations = store.read_subgraphs(keys)
+    nodes = _merge_nodes(entities) if entities.height else pl.DataFrame(schema=NODE_SCHEMA)
+    edges, dropped = _merge_edges(relations, nodes) if relations.height else (pl.DataFrame(schema=EDGE_SCHEMA), 0)
+    sources = _sources(store, keys, signatures)
+    tables = {"sources": sources, "nodes": nodes, "edges": edges}
+    entities, relations = _with_shard(entities), _with_shard(relations)
+    for i in range(SHARDS):
+        tables[f"entities-{i:02d}"] = entities.filter(pl.col("_shard") == i).drop("_shard")
+        tables[f"relations-{i:02d}"] = relations.filter(pl.col("_shard") == i).drop("_shard")
+    bundle.write(tables, previous=manifest, drop=set((manifest or {}).get("tables", {})), merge_dropped=dropped)
+    return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True)
+
+
+def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signatures: dict[str, str]) -> MergedGraph:
+    sources = bundle.read(manifest, "sources")
+    before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+    changed = [k for k in keys if before.get(k) != signatures[k]]
+    removed = sorted(set(before) - set(keys))
+    nodes, edges = bundle.read(manifest, "nodes"), bundle.read(manifest, "edges")
+    if not changed and not removed:
+        return _result(nodes, edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)
+    gone = pl.Series("d", changed + removed, dtype=pl.Utf8).implode()
+    new_entities, new_relations = store.read_subgraphs(changed)
+    new_entities, new_relations = _with_shard(new_entities), _with_shard(new_relations)
+    affected: set[str] = set(new_entities["key"].to_list())
+    shards: dict[str, pl.DataFrame] = {}
+    for i in sorted({shard_of(d) for d in changed + removed}):
+        for kind, fresh in (("entities", new_entities), ("relations", new_relations)):
+            name = f"{kind}-{i:02d}"
+            old = bundle.read(manifest, name)
+            if kind == "entities":
+                affected |= set(old.filter(pl.col("doc_id").is_in(gone))["key"].to_list())
+            add = fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)
+            shards[name] = pl.concat([old.filter(~pl.col("doc_id").is_in(gone)), add])
+    k = pl.Series("k", sorted(affected), dtype=pl.Utf8).implode()
+    ents = _scan(bundle, manifest, shards, "entities", pl.col("key").is_in(k)).select(list(ENTITY_ROWS))
+    touching = pl.col("source_key").is_in(k) | pl.col("target_key").is_in(k)
+    rels = _scan(bundle, manifest, shards, "relations", touching).select(list(RELATION_ROWS))
+    # rows touching an affected key are the only ones whose fate (kept or dropped) can change
+    old_rels = _scan(bundle, manifest, {}, "relations", touching)
+    dropped = (int(manifest["merge_dropped"]) - dropped_relations(old_rels, bundle.read(manifest, "nodes").select("key"))
+               if old_rels.height else int(manifest["merge_dropped"]))
+    nodes, edges = merge_affected(nodes, edges, ents, rels, affected)
+    dropped += dropped_relations(rels, nodes.select("key"))
+    new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort("doc_id")
+    bundle.write({**shards, "sources": new_sources, "nodes": nodes, "edges": edges}, previous=manifest, merge_dropped=dropped)
+    return _result(nodes, edges, dropped, new_sources, len(changed), len(removed), len(affected), False)
+
+
+def _scan(bundle: ParquetBundle, manifest: dict, shards: dict[str, pl.DataFrame], kind: str, where: pl.Expr) -> pl.DataFrame:
+    """Rows of every `kind` shard matching `where`: rewritten shards from memory, the others from disk."""
+    names = sorted(n for n in manifest["tables"] if n.startswith(kind + "-"))
+    frames = [shards[n].filter(where) for n in names if n in shards]
+    files = [str(bundle.folder / manifest["tables"][n]) for n in names if n not in shards]
+    if files:
+        frames.append(pl.scan_parquet(files).filter(where).collect())
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def _result(nodes, edges, merge_dropped: int, sources, changed, removed, affected, full) -> MergedGraph:
+    dropped = int(merge_dropped) + int(sources["dropped"].sum() or 0)
+    return MergedGraph(with_metrics(nodes, edges), edges, dropped, changed, removed, affected, full)
+
+
+# -- the chunks of every document, for the search index ----------------------------------------
+CHUNK_SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8}
+
+
+def all_chunks(store, keys: list[str]) -> pl.DataFrame:
+    """The chunk rows of documents `keys` in document order, kept in shards like the mentions: only
+    the chunk files of documents that changed since the last call are read."""
+    bundle = ParquetBundle(store.paths.graph_dir, "chunks")
+    manifest = bundle.manifest()
+    signatures = store.signatures("chunks", keys, (".parquet",))
+    shards: dict[str, pl.DataFrame] = {}
+    try:
+        if manifest is None or "sources" not in manifest["tables"]:
+            raise KeyError("no chunk shards yet")
+        sources = bundle.read(manifest, "sources")
+        before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+        changed = [k for k in keys if before.get(k) != signatures[k]]
+        gone = pl.Series("d", changed + sorted(set(before) - set(keys)), dtype=pl.Utf8).implode()
+        fresh = _with_shard(store.read_all_chunks(changed)) if changed else None
+        for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
+            name = f"chunks-{i:02d}"
+            old = bundle.read(manifest, name)
+            add = [fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)] if fresh is not None else []
+            shards[name] = pl.concat([old.filter(~pl.col("doc_id").is_in(gone)), *add])
+        if shards:
+            bundle.write({**shards, "sources": _chunk_sources(keys, signatures)}, previous=manifest)
+        frames = [shards[n] if n in shards else bundle.read(manifest, n) for n in sorted(manifest["tables"])
+                  if n.startswith("chunks-")]
+        rows = pl.concat(frames, how="vertical_relaxed")
+    except (OSError, KeyError, pl.exceptions.PolarsError):
+        rows = _with_shard(store.scan_all_chunks(keys))
+        tables = {f"chunks-{i:02d}": rows.filter(pl.col("_shard") == i).drop("_shard") for i in range(SHARDS)}
+        bundle.write({**tables, "sources": _chunk_sources(keys, signatures)}, previous=manifest,
+                     drop=set((manifest or {}).get("tables", {})))
+        rows = rows.drop("_shard")
+    order = pl.DataFrame({"doc_id": keys, "_order": range(len(keys))}, schema={"doc_id": pl.Utf8, "_order": pl.Int64})
+    return rows.join(order, on="doc_id", how="inner").sort("_order", "position").drop("_order")
+
+
+def _chunk_sources(keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame({"doc_id": keys, "signature": [signatures[k] for k in keys]}, schema=CHUNK_SOURCES_SCHEMA)

@@ -1,0 +1,256 @@
+"""Read-only access to the published DuckDB search index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline.settings import default_home
+from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
+from graphrag_pipeline.index.records import NHOP_ORDER_SQL
+
+
+class IndexNotFoundError(FileNotFoundError):
+    pass
+
+
+class IndexUnreadableError(IndexNotFoundError):
+    """The index file exists but cannot be opened as a search index (damaged, or not readable)."""
+
+
+def index_embedder(meta: dict, dim: int, client=None):
+    """The embedder an index was built with (the endpoint's model needs an LLM client)."""
+    model = meta.get("embedding_model", "hashing")
+    if model.startswith("hashing"):
+        return HashingEmbedder(dim)
+    if client is None or f"endpoint:{client.embedding_model}" != model:
+        raise ValueError(f"the index was embedded with {model!r}: set OPENAI_API_KEY/OPENAI_BASE_URL and "
+                         f"GRAPHRAG_EMBEDDING_MODEL={model.split(':', 1)[-1]} to query it")
+    return EndpointEmbedder(client)
+
+
+class DuckDBIndex:
+    """The search index as published by the `search_index` asset (opened read-only)."""
+
+    def __init__(self, path: Path, preload: bool = False):
+        """preload: hold the vectors in memory (a few seconds to load; then each similarity search is
+        a matrix-vector product instead of a scan of the file) - for services that answer many queries."""
+        self.path = Path(path)
+        if not self.path.exists():
+            raise IndexNotFoundError(
+                f"no search index at {self.path}: run `graphrag-pipeline build` first (GRAPHRAG_HOME={self.path.parent.parent})"
+            )
+        # read_only: no lock file, WAL or temp folder is written, so a read-only home is enough
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=True)
+        except (duckdb.Error, OSError) as exc:
+            raise IndexUnreadableError(f"the search index at {self.path} cannot be read ({exc}): run "
+                                       "`graphrag-pipeline build` to repair it") from None
+        try:
+            self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
+        except (duckdb.Error, ValueError) as exc:
+            self.con.close()
+            raise IndexUnreadableError(f"the search index at {self.path} cannot be read ({exc}): run "
+                                       "`graphrag-pipeline build` to repair it") from None
+        self.dim = int(self.meta.get("embedding_dim", 0))
+        self._memory: dict[str, tuple] = {}
+        self._pool = None
+        if preload:
+            self.preload()
+
+    _IN_MEMORY = {
+        "entities": ("key, name, type, description, pagerank", ("key",)),
+        "relations": ("source_key, target_key, source, target, description, weight", ("source_key", "target_key")),
+        "community_reports": ("community_id, level, title, summary, rating, text", ("community_id",)),
+        "chunks": ("chunk_id, doc, position, text", ("chunk_id",)),
+    }
+
+    def preload(self) -> None:
+        for table, (cols, _) in self._IN_MEMORY.items():
+            df = self.con.sql(f"SELECT {cols}, embedding FROM {table}").pl()
+            matrix = np.ascontiguousarray(df["embedding"].to_numpy(), dtype=np.float32).reshape(df.height, self.dim)
+            self._memory[table] = (df.drop("embedding").to_dicts(), matrix)
+        ents = self._memory["entities"][0]
+        self._by_key = {r["key"]: r for r in ents}
+        # entities in PageRank order (ties by key), for "top k of these types" in one numpy pass
+        ordered = sorted(ents, key=lambda r: (-r["pagerank"], r["key"]))
+        self._type_codes = {t: i for i, t in enumerate(sorted({r["type"] for r in ents}))}
+        self._order_types = np.array([self._type_codes[r["type"]] for r in ordered], dtype=np.int32)
+        self._position = {r["key"]: i for i, r in enumerate(ordered)}
+        self._rel_by_pair = {(r["source_key"], r["target_key"]): r for r in self._memory["relations"][0]}
+        self._nhop: dict[str, list[dict]] = {}
+        for key, path, weights in self.con.sql(f"SELECT entity_key, path, weights FROM nhop ORDER BY {NHOP_ORDER_SQL}").fetchall():
+            self._nhop.setdefault(key, []).append({"entity_key": key, "path": path, "weights": weights})
+        self._reports_of: dict[str, list[int]] = {}
+        report_rows = self._memory["community_reports"][0]
+        keys_of = dict(self.con.sql("SELECT community_id, entity_keys FROM community_reports").fetchall())
+        for i, r in enumerate(report_rows):
+            for key in keys_of.get(r["community_id"]) or []:
+                self._reports_of.setdefault(key, []).append(i)
+        self._pool = self.type_pool()
+
+    def _top(self, table: str, vector: np.ndarray, k: int, threshold: float, order) -> list[dict]:
+        """In-memory top k by similarity, same rounding and tie order as the SQL queries."""
+        rows, matrix = self._memory[table]
+        if not rows or k <= 0:
+            return []
+        sims = np.round((matrix @ np.asarray(vector, dtype=np.float32)).astype(np.float64), 6)
+        kk = min(k, len(rows))
+        kth = np.partition(sims, len(rows) - kk)[len(rows) - kk]
+        picked = [{**rows[i], "sim": float(sims[i])} for i in np.nonzero(sims >= max(kth, threshold))[0]]
+        return sorted(picked, key=order)[:k]
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "DuckDBIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def embedder(self, client=None):
+        return index_embedder(self.meta, self.dim, client)
+
+    def _rows(self, sql: str, params: list | None = None) -> list[dict]:
+        cur = self.con.execute(sql, params or [])
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def _vec(self, vector: np.ndarray) -> str:
+        return f"?::FLOAT[{self.dim}]"
+
+    def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
+        if "entities" in self._memory:
+            return self._top("entities", vector, k, threshold, lambda r: (-r["sim"], r["key"]))
+        sql = f"""SELECT key, name, type, description, pagerank, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+                  FROM entities WHERE sim >= ? ORDER BY sim DESC, key LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), threshold, k])
+
+    def entities_by_types(self, types: list[str], k: int) -> list[dict]:
+        if not types:
+            return []
+        return self._rows(
+            "SELECT key, name, type, description, pagerank FROM entities WHERE type IN (SELECT unnest(?)) ORDER BY pagerank DESC, key LIMIT ?",
+            [types, k],
+        )
+
+    def keys_of_types(self, types: list[str], candidates: list[str], k: int) -> set[str]:
+        """Those candidate keys that are among the k highest-PageRank entities of the given types."""
+        if not types or not candidates:
+            return set()
+        if self._memory:
+            codes = [self._type_codes[t] for t in set(types) if t in self._type_codes]
+            mask = np.isin(self._order_types, codes)
+            rank = np.cumsum(mask)  # 1-based rank among the entities of these types
+            out = set()
+            for c in candidates:
+                i = self._position.get(c)
+                if i is not None and mask[i] and rank[i] <= k:
+                    out.add(c)
+            return out
+        rows = self.con.execute(
+            """SELECT key FROM (SELECT key, row_number() OVER (ORDER BY pagerank DESC, key) AS rn
+                                FROM entities WHERE type IN (SELECT unnest(?)))
+               WHERE rn <= ? AND key IN (SELECT unnest(?))""",
+            [types, k, candidates],
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def entities_by_keys(self, keys: list[str]) -> list[dict]:
+        if not keys:
+            return []
+        if self._memory:
+            return [dict(self._by_key[k]) for k in dict.fromkeys(keys) if k in self._by_key]
+        return self._rows("SELECT key, name, type, description, pagerank FROM entities WHERE key IN (SELECT unnest(?))", [keys])
+
+    def nhop(self, keys: list[str]) -> list[dict]:
+        if not keys:
+            return []
+        if self._memory:
+            return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop.get(k, [])]
+        # in the order the paths were computed (a delta publish appends re-computed entities at the end)
+        return self._rows(f"SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY {NHOP_ORDER_SQL}",
+                          [keys])
+
+    def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
+        if "relations" in self._memory:
+            return self._top("relations", vector, k, threshold, lambda r: (-r["sim"], r["source_key"], r["target_key"]))
+        sql = f"""SELECT source_key, target_key, source, target, description, weight,
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+                  FROM relations WHERE sim >= ? ORDER BY sim DESC, source_key, target_key LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), threshold, k])
+
+    def relations_by_pairs(self, pairs: list[tuple[str, str]]) -> list[dict]:
+        if not pairs:
+            return []
+        if self._memory:
+            return [dict(self._rel_by_pair[p]) for p in dict.fromkeys(pairs) if p in self._rel_by_pair]
+        keys = [f"{a}\x00{b}" for a, b in pairs]
+        return self._rows(
+            "SELECT source_key, target_key, source, target, description, weight FROM relations "
+            "WHERE source_key || chr(0) || target_key IN (SELECT unnest(?))",
+            [keys],
+        )
+
+    def reports_for_entities(self, keys: list[str], k: int) -> list[dict]:
+        if not keys:
+            return []
+        if self._memory:
+            rows = self._memory["community_reports"][0]
+            hits: dict[int, int] = {}
+            for key in set(keys):
+                for i in self._reports_of.get(key, []):
+                    hits[i] = hits.get(i, 0) + 1
+            found = [{**rows[i], "hits": n} for i, n in hits.items()]
+            return sorted(found, key=lambda r: (-r["hits"], -r["rating"], r["community_id"]))[:k]
+        return self._rows(
+            """SELECT community_id, level, title, summary, rating, text,
+                      len(list_intersect(entity_keys, ?)) AS hits
+               FROM community_reports WHERE hits > 0 ORDER BY hits DESC, rating DESC, community_id LIMIT ?""",
+            [keys, k],
+        )
+
+    def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
+        if "community_reports" in self._memory:
+            return self._top("community_reports", vector, k, -2.0, lambda r: (-r["sim"], -r["rating"], r["community_id"]))
+        sql = f"""SELECT community_id, level, title, summary, rating, text,
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+                  FROM community_reports ORDER BY sim DESC, rating DESC, community_id LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), k])
+
+    def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
+        if "chunks" in self._memory:
+            return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))
+        # an identical chunk in two documents ties on (sim, chunk_id): document and position decide, not the storage order
+        sql = f"""SELECT chunk_id, doc, position, text, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+                  FROM chunks ORDER BY sim DESC, chunk_id, doc, position LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), k])
+
+    def type_pool(self) -> dict[str, list[str]]:
+        if getattr(self, "_pool", None) is not None:
+            return self._pool
+        return {t: list(e) for t, e in self.con.execute('SELECT type, entities FROM ty2ents ORDER BY "count" DESC, type').fetchall()}
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.meta.get("counts", {}))
+
+
+def open_index(home: Path | None = None, backend: str | None = None, preload: bool = False):
+    """The published index: Elasticsearch when GRAPHRAG_ES_URL is set (or backend="elasticsearch"),
+    else the DuckDB file under GRAPHRAG_HOME."""
+    from graphrag_pipeline.index.es_writer import EsConfig
+
+    home = Path(home) if home else default_home()
+    cfg = EsConfig.from_env(home) if backend != "duckdb" else None
+    if cfg is not None:
+        from graphrag_pipeline.index.es_reader import EsIndex
+
+        return EsIndex(cfg)
+    if backend == "elasticsearch":
+        raise ValueError("backend 'elasticsearch' needs GRAPHRAG_ES_URL")
+    return DuckDBIndex(Paths(home).index_file, preload=preload)

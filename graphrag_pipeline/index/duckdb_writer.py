@@ -1,0 +1,620 @@
+"""Writing the DuckDB search index: every version is a whole file renamed into place.
+
+A reader that opened the previous index keeps reading it; the next reader sees the new one.
+No process ever holds a write lock on the published file.
+
+`publish_index` makes a publish cost what changed, not what the corpus holds:
+
+1. the new records are built without vectors, each row with a content hash (index_records);
+2. their keys and hashes are compared with those of the published index (its `row_hash`
+   column - vectors are never read for this); n-hop paths are re-computed only around edges
+   that were added, removed or re-weighted;
+3. vectors are computed for new or re-worded rows only; a row whose embedded text is unchanged
+   keeps its vector and is updated in place, column by column;
+4. the published file is copied beside itself, the changed keys are deleted / inserted /
+   updated, `meta` and `changes` are rewritten, the copy is verified complete
+   (`index_completeness`), checkpointed and renamed over the published file.
+
+A full rebuild (which also compacts the file) is written instead when there is no previous index,
+when its schema, row-hash scheme or embedder differ, when more than MAX_DELTA_FRACTION of the rows
+change (or, counting earlier deltas, have been rewritten since the last full build), or when asked.
+Either way the tables hold exactly what a full rebuild from the same inputs holds.
+
+Every publish gets a new `index_id` and `index_version`; `previous_index_id` names the index the
+`changes` table (table_name, key, key2, op = upsert | delete) is relative to, so a follower
+(Elasticsearch) that holds exactly that index can apply the changes alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from graphrag_pipeline.index.records import COLUMNS, HASH, HASH_SCHEME, KEYS, NHOP_SCHEMA, TABLES, VECTOR_TABLES, IndexTables, add_vectors, build_index_rows, embed_texts, nhop_affected, nhop_paths, row_hashes, table_columns, with_hash, with_vectors
+from graphrag_pipeline.reports.offline import CommunityReport
+from graphrag_pipeline.storage.files import atomic_path
+
+SCHEMA_VERSION = 2
+MAX_DELTA_FRACTION = 0.3
+CHANGES_SCHEMA = {"table_name": pl.Utf8, "key": pl.Utf8, "key2": pl.Utf8, "op": pl.Utf8}
+# meta entries that describe the publish itself rather than the content
+_VOLATILE_META = {"built_at", "index_id", "index_version", "previous_index_id", "previous_version", "build_mode",
+                  "build_reason", "rows_rewritten_since_full", "changed_keys", "counts"}
+
+
+# -- completeness -------------------------------------------------------------------------------
+class IncompleteIndexError(RuntimeError):
+    """What was about to be published (or what is published) lacks records; nothing was published."""
+
+    def __init__(self, completeness: "IndexCompleteness"):
+        self.completeness = completeness
+        super().__init__(completeness.message())
+
+
+@dataclass
+class IndexCompleteness:
+    """An index compared with the graph it must cover."""
+
+    rows: dict[str, int] = field(default_factory=dict)          # rows per table in the index
+    expected: dict[str, int] = field(default_factory=dict)      # graph entities, relations, reportable communities
+    missing: dict[str, list[str]] = field(default_factory=dict)  # first few missing keys per table
+    missing_count: dict[str, int] = field(default_factory=dict)
+    extra_count: dict[str, int] = field(default_factory=dict)   # rows for keys the graph no longer has
+    duplicate_count: dict[str, int] = field(default_factory=dict)
+    without_vector: dict[str, int] = field(default_factory=dict)
+
+    SHOWN = 5
+
+    def problems(self) -> list[str]:
+        what = {"entities": "entities", "relations": "relations", "community_reports": "reportable communities"}
+        out = []
+        for table, n in self.missing_count.items():
+            if n:
+                first = ", ".join(self.missing[table][: self.SHOWN])
+                verb = "have no report" if table == "community_reports" else "are missing"
+                out.append(f"{n} of {self.expected[table]} {what[table]} {verb} (first: {first})")
+        for table, n in self.extra_count.items():
+            if n:
+                out.append(f"{n} {table} rows for keys the graph does not have")
+        for table, n in self.duplicate_count.items():
+            if n:
+                out.append(f"{n} duplicate keys in {table}")
+        for table, n in self.without_vector.items():
+            if n:
+                out.append(f"{n} {table} rows without a vector")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems()
+
+    def message(self) -> str:
+        problems = self.problems()
+        return "the search index is incomplete: " + "; ".join(problems) if problems else "the search index is complete"
+
+    def to_metadata(self) -> dict:
+        return {
+            "entities": self.rows.get("entities", 0), "graph_entities": self.expected.get("entities", 0),
+            "relations": self.rows.get("relations", 0), "graph_relations": self.expected.get("relations", 0),
+            "reports": self.rows.get("community_reports", 0), "reportable_communities": self.expected.get("community_reports", 0),
+            "rows_without_vector": sum(self.without_vector.values()),
+            "missing_reports": self.missing_count.get("community_reports", 0),
+            "first_missing_reports": ", ".join(self.missing.get("community_reports", [])[: self.SHOWN]),
+            "problems": "; ".join(self.problems()) or "none",
+        }
+
+
+def missing_reports_completeness(missing: list[str], reportable: int) -> IndexCompleteness:
+    """The verdict when report files are missing before anything is built."""
+    return IndexCompleteness(expected={"community_reports": reportable}, missing={"community_reports": list(missing)},
+                             missing_count={"community_reports": len(missing)})
+
+
+def index_completeness(con: duckdb.DuckDBPyConnection, nodes: pl.DataFrame, edges: pl.DataFrame,
+                       communities: pl.DataFrame) -> IndexCompleteness:
+    """Does the index open on `con` hold every entity and relation of the graph, one report for every
+    community of 2+ members, no stale or duplicate keys, and a vector on every row? (The pre-publish
+    verification of `publish_index` and the `search_index_is_complete` asset check.)"""
+    expected = {
+        "entities": nodes.select("key"),
+        "relations": edges.select("source_key", "target_key"),
+        "community_reports": communities.filter(pl.col("size") >= 2).select("community_id"),
+    }
+    out = IndexCompleteness()
+    for table, want in expected.items():
+        keys = list(KEYS[table])
+        on = " AND ".join(f"w.{k} = t.{k}" for k in keys)
+        label = " || ' -> ' || ".join(f"w.{k}" for k in keys)
+        con.register("_want", want.to_arrow())
+        try:
+            out.rows[table] = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            out.expected[table] = want.height
+            missing = [r[0] for r in con.execute(
+                f"SELECT {label} FROM _want w WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {on}) ORDER BY 1").fetchall()]
+            out.missing[table] = missing[: IndexCompleteness.SHOWN]
+            out.missing_count[table] = len(missing)
+            out.extra_count[table] = con.execute(
+                f"SELECT count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM _want w WHERE {on})").fetchall()[0][0]
+            cols = ", ".join(keys)
+            out.duplicate_count[table] = con.execute(
+                f"SELECT count(*) - count(DISTINCT ({cols})) FROM {table}").fetchall()[0][0]
+        finally:
+            con.unregister("_want")
+    for table in VECTOR_TABLES:
+        out.without_vector[table] = con.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NULL").fetchall()[0][0]
+    return out
+
+
+def check_index_file(path: Path, nodes: pl.DataFrame, edges: pl.DataFrame, communities: pl.DataFrame) -> IndexCompleteness:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return index_completeness(con, nodes, edges, communities)
+    finally:
+        con.close()
+
+
+# -- reading a published index ------------------------------------------------------------------
+def read_meta(path: Path) -> dict | None:
+    """The meta table of a published index (None when there is none or it cannot be read)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+
+
+_TEXTS = {
+    "entities": "SELECT name AS text, embedding FROM entities",
+    "relations": "SELECT source || '->' || target || ': ' || description AS text, embedding FROM relations",
+    "community_reports": "SELECT title || chr(10) || summary AS text, embedding FROM community_reports",
+    "chunks": "SELECT text, embedding FROM chunks",
+}
+
+
+def _read_previous_vectors(con) -> dict:
+    return {name: con.sql(sql).pl() for name, sql in _TEXTS.items()}
+
+
+def previous_vectors(path: Path, embedding_model: str) -> dict:
+    """(text, embedding) per table of the published index, if it was built with the same embedder."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return {}
+    try:
+        rows = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchall()
+        row = rows[0] if rows else None
+        if not row or json.loads(row[0]) != embedding_model:
+            return {}
+        return _read_previous_vectors(con)
+    except duckdb.Error:
+        return {}
+    finally:
+        con.close()
+
+
+# -- writing ------------------------------------------------------------------------------------
+def _drop_wal(path: Path) -> None:
+    Path(f"{path}.wal").unlink(missing_ok=True)
+
+
+def _insert_frame(con, table: str, df: pl.DataFrame) -> None:
+    if df.height == 0:
+        return
+    cols = table_columns(table)
+    con.register("_src", df.select(cols).to_arrow())
+    try:
+        con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _src")
+    finally:
+        con.unregister("_src")
+
+
+def _write_meta(con, meta: dict, changes: pl.DataFrame | None) -> None:
+    con.execute("DELETE FROM meta")
+    con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v, ensure_ascii=False)) for k, v in meta.items()])
+    con.execute("DELETE FROM changes")
+    if changes is not None and changes.height:
+        con.register("_chg", changes.select(list(CHANGES_SCHEMA)).to_arrow())
+        try:
+            con.execute("INSERT INTO changes SELECT table_name, key, key2, op FROM _chg")
+        finally:
+            con.unregister("_chg")
+
+
+def _table_counts(con) -> dict[str, int]:
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
+
+
+def write_duckdb_index(tables: IndexTables, target: Path, meta: dict, changes: pl.DataFrame | None = None,
+                       verify=None) -> int:
+    """Write all tables to a new DuckDB file and publish it at `target`; returns its size in bytes.
+
+    verify(con) runs on the finished file before it is renamed into place; if it raises, nothing
+    is published."""
+    with atomic_path(Path(target), ".duckdb") as tmp:
+        con = duckdb.connect(str(tmp))
+        try:
+            for name in TABLES:
+                df = tables.get(name)
+                if HASH not in df.columns:
+                    df = df.with_columns(row_hashes(df, COLUMNS[name]).alias(HASH))
+                con.register("_src", df.select(table_columns(name)).to_arrow())
+                con.execute(f"CREATE TABLE {name} AS SELECT * FROM _src")
+                con.unregister("_src")
+            con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            con.execute("CREATE TABLE changes (table_name VARCHAR, key VARCHAR, key2 VARCHAR, op VARCHAR)")
+            full_meta = {"schema_version": SCHEMA_VERSION, "row_hash_scheme": HASH_SCHEME, "index_id": uuid.uuid4().hex,
+                         "index_version": 1, "previous_index_id": None, "previous_version": None,
+                         **meta, "counts": tables.counts()}
+            _write_meta(con, full_meta, changes)
+            if verify is not None:
+                verify(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+            _drop_wal(tmp)
+        size = tmp.stat().st_size
+    return size
+
+
+# -- the delta ----------------------------------------------------------------------------------
+@dataclass
+class TableDelta:
+    inserted: int = 0   # rows written (new keys, and new versions of re-worded rows)
+    updated: int = 0    # rows changed in place (same key and embedded text: the vector is kept)
+    deleted: int = 0    # rows removed (vanished keys, and old versions of re-worded rows)
+    unchanged: int = 0
+
+    @property
+    def touched(self) -> int:
+        return self.inserted + self.updated + self.deleted
+
+
+@dataclass
+class _TablePlan:
+    table: str
+    changed: pl.DataFrame            # keys of changed groups + old_rows, new_rows (null = absent)
+    delete_keys: pl.DataFrame        # groups to delete (vanished, or replaced)
+    insert_rows: pl.DataFrame        # new rows to insert (without vectors for VECTOR_TABLES)
+    updates: dict[str, pl.DataFrame]  # column -> keys + new value, rows updated in place
+    stats: TableDelta
+
+
+@dataclass
+class PublishResult:
+    mode: str                 # "delta", "full", or "unchanged" (nothing differed: the file was left as it was)
+    reason: str
+    tables: dict[str, TableDelta]
+    seconds: float
+    size: int
+    meta: dict
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step
+
+    def to_metadata(self) -> dict:
+        totals = TableDelta()
+        for d in self.tables.values():
+            totals.inserted += d.inserted
+            totals.updated += d.updated
+            totals.deleted += d.deleted
+            totals.unchanged += d.unchanged
+        return {
+            "mode": self.mode, "mode_reason": self.reason, "publish_seconds": round(self.seconds, 3),
+            "rows_inserted": totals.inserted, "rows_updated": totals.updated, "rows_deleted": totals.deleted,
+            "rows_unchanged": totals.unchanged,
+            "row_changes": {t: asdict(d) for t, d in self.tables.items()},
+            "index_version": self.meta.get("index_version"), "previous_version": self.meta.get("previous_version"),
+            "changed_keys": 0 if self.mode == "unchanged" else self.meta.get("changed_keys") or 0,
+            "phase_seconds": dict(self.phases),
+        }
+
+
+def _key_cols(table: str) -> list[str]:
+    return list(KEYS[table])
+
+
+def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Groups (by key) whose multiset of row hashes differs between `new` and the published table:
+    keys, old_rows, new_rows (null where the group is absent). Reads only keys and hashes.
+    only: restrict the comparison to these keys (both sides)."""
+    keys = _key_cols(table)
+    cols = ", ".join(keys)
+    con.register("_new", new.select(*keys, HASH).to_arrow())
+    old_from = table
+    try:
+        if only is not None:
+            con.register("_only", only.select(keys).to_arrow())
+            old_from = f"(SELECT t.* FROM {table} t SEMI JOIN _only USING ({cols}))"
+        sql = f"""
+            WITH n AS (SELECT {cols}, list({HASH} ORDER BY {HASH}) AS h, count(*) AS c FROM _new GROUP BY {cols}),
+                 o AS (SELECT {cols}, list({HASH} ORDER BY {HASH}) AS h, count(*) AS c FROM {old_from} GROUP BY {cols})
+            SELECT {cols}, o.c AS old_rows, n.c AS new_rows
+            FROM n FULL OUTER JOIN o USING ({cols})
+            WHERE n.h IS DISTINCT FROM o.h"""
+        out = con.sql(sql).pl()
+    finally:
+        con.unregister("_new")
+        if only is not None:
+            con.unregister("_only")
+    return out.with_columns(pl.col("old_rows").cast(pl.Int64), pl.col("new_rows").cast(pl.Int64))
+
+
+def _old_rows(con, table: str, keys_df: pl.DataFrame) -> pl.DataFrame:
+    """The published rows (content columns, no vector) of these keys."""
+    keys = _key_cols(table)
+    con.register("_k", keys_df.select(keys).to_arrow())
+    try:
+        cols = ", ".join(f"t.{c}" for c in COLUMNS[table])
+        return con.sql(f"SELECT {cols} FROM {table} t SEMI JOIN _k USING ({', '.join(keys)})").pl()
+    finally:
+        con.unregister("_k")
+
+
+def _plan_table(con, table: str, new: pl.DataFrame, old_total: int, only: pl.DataFrame | None = None) -> _TablePlan:
+    keys = _key_cols(table)
+    changed = _diff_groups(con, table, new, only)
+    updates: dict[str, pl.DataFrame] = {}
+    replaced = changed.filter(pl.col("old_rows").is_not_null() & pl.col("new_rows").is_not_null())
+    if table in VECTOR_TABLES and replaced.height:
+        # one row before and after with the same embedded text: update the differing columns, keep the vector
+        single = replaced.filter((pl.col("old_rows") == 1) & (pl.col("new_rows") == 1)).select(keys)
+        if single.height:
+            old = _old_rows(con, table, single)
+            cur = new.join(single, on=keys, how="semi")
+            old = old.with_columns(pl.Series("_text", embed_texts(table, old)))
+            cur = cur.with_columns(pl.Series("_text", embed_texts(table, cur)))
+            both = cur.join(old, on=keys, how="inner", suffix="_old")
+            same = both.filter(pl.col("_text") == pl.col("_text_old"))
+            for col in [c for c in COLUMNS[table] if c not in keys]:
+                diff = same.filter(pl.col(col).ne_missing(pl.col(f"{col}_old")))
+                if diff.height:
+                    updates[col] = diff.select(*keys, col)
+            if same.height:
+                updates[HASH] = same.select(*keys, HASH)
+            in_place = same.select(keys)
+            replaced = replaced.join(in_place, on=keys, how="anti")
+            changed_in_place = in_place.height
+        else:
+            changed_in_place = 0
+    else:
+        changed_in_place = 0
+    gone = changed.filter(pl.col("new_rows").is_null())
+    added = changed.filter(pl.col("old_rows").is_null())
+    delete_keys = pl.concat([gone.select(keys), replaced.select(keys)])
+    insert_keys = pl.concat([added.select(keys), replaced.select(keys)])
+    insert_rows = new.join(insert_keys, on=keys, how="semi", maintain_order="left") if insert_keys.height else new.clear()
+    n_deleted = int(gone["old_rows"].sum() or 0) + int(replaced["old_rows"].sum() or 0)
+    stats = TableDelta(inserted=insert_rows.height, updated=changed_in_place, deleted=n_deleted)
+    if table == "ty2ents" and changed.height:  # rewritten whole (see _apply)
+        insert_rows, stats = new, TableDelta(inserted=new.height, deleted=old_total)
+    stats.unchanged = old_total - stats.deleted - stats.updated
+    return _TablePlan(table, changed, delete_keys, insert_rows, updates, stats)
+
+
+def _changes_frame(plans: dict[str, _TablePlan]) -> pl.DataFrame:
+    frames = []
+    for table, plan in plans.items():
+        keys = _key_cols(table)
+        if not plan.changed.height:
+            continue
+        frames.append(plan.changed.select(
+            pl.lit(table).alias("table_name"), pl.col(keys[0]).alias("key"),
+            (pl.col(keys[1]) if len(keys) > 1 else pl.lit(None, pl.Utf8)).alias("key2"),
+            pl.when(pl.col("new_rows").is_null()).then(pl.lit("delete")).otherwise(pl.lit("upsert")).alias("op"),
+        ))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=CHANGES_SCHEMA)
+
+
+def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) -> None:
+    """Delete, update and insert the planned rows (inserts: the planned insert rows with their vectors)."""
+    for table, plan in plans.items():
+        keys = _key_cols(table)
+        if table == "ty2ents":
+            if plan.changed.height:  # six-odd rows: rewritten whole, so the table keeps its order
+                con.execute("DELETE FROM ty2ents")
+                _insert_frame(con, "ty2ents", inserts["ty2ents"])
+            continue
+        if plan.delete_keys.height:
+            con.register("_del", plan.delete_keys.to_arrow())
+            try:
+                on = " AND ".join(f"{table}.{k} = _del.{k}" for k in keys)
+                con.execute(f"DELETE FROM {table} USING _del WHERE {on}")
+            finally:
+                con.unregister("_del")
+        for col, df in plan.updates.items():
+            con.register("_upd", df.to_arrow())
+            try:
+                on = " AND ".join(f"{table}.{k} = _upd.{k}" for k in keys)
+                con.execute(f"UPDATE {table} SET {col} = _upd.{col} FROM _upd WHERE {on}")
+            finally:
+                con.unregister("_upd")
+        _insert_frame(con, table, inserts[table])
+
+
+def _compare(con, rows: IndexTables, edges: pl.DataFrame, old_counts: dict[str, int]) -> tuple[dict[str, _TablePlan], int]:
+    """What differs between the new rows and the published index on `con` (keys and hashes only)."""
+    plans: dict[str, _TablePlan] = {}
+    for table in ("entities", "relations", "community_reports", "chunks", "ty2ents"):
+        plans[table] = _plan_table(con, table, rows.get(table), old_counts[table])
+    # n-hop paths: re-computed only around edges that were added, removed or re-weighted
+    old_edges = con.sql("SELECT source_key, target_key, weight FROM relations").pl()
+    affected = sorted(nhop_affected(old_edges, edges))
+    only = pl.DataFrame({"entity_key": affected}, schema={"entity_key": pl.Utf8})
+    local = nhop_paths(edges, only=affected) if affected else pl.DataFrame(schema=NHOP_SCHEMA)
+    plans["nhop"] = _plan_table(con, "nhop", with_hash("nhop", local), old_counts["nhop"], only=only)
+    return plans, len(affected)
+
+
+def _compatibility_problem(prev: dict, embedder) -> str | None:
+    if prev.get("schema_version") != SCHEMA_VERSION:
+        return f"schema version {prev.get('schema_version')} -> {SCHEMA_VERSION}"
+    if prev.get("row_hash_scheme") != HASH_SCHEME:
+        return f"row hash scheme {prev.get('row_hash_scheme')} -> {HASH_SCHEME}"
+    if prev.get("embedding_model") != embedder.model_id or int(prev.get("embedding_dim") or 0) != embedder.dim:
+        return f"embedder {prev.get('embedding_model')} -> {embedder.model_id}"
+    if not prev.get("index_id"):
+        return "the previous index has no id"
+    return None
+
+
+def publish_index(
+    target: Path,
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    communities: pl.DataFrame,
+    reports: list[CommunityReport],
+    chunks: pl.DataFrame,
+    embedder,
+    meta: dict,
+    *,
+    full_rebuild: bool = False,
+    max_fraction: float = MAX_DELTA_FRACTION,
+    log=None,
+) -> PublishResult:
+    """Publish the index of these inputs at `target`, by delta when the published index allows it.
+
+    Raises IncompleteIndexError (nothing published, the old index untouched) when the result would
+    not cover the graph; see the module docstring for the rest."""
+    started = time.perf_counter()
+    phases: dict[str, float] = {}
+    clock = [started]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = round(phases.get(name, 0.0) + now - clock[0], 3)
+        clock[0] = now
+
+    target = Path(target)
+    say = log or (lambda msg: None)
+    rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False)
+    prev = read_meta(target)
+    base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
+    lap("records")
+
+    def verify(con) -> None:
+        verdict = index_completeness(con, nodes, edges, communities)
+        if not verdict.passed:
+            raise IncompleteIndexError(verdict)
+
+    def result(mode: str, reason: str, stats: dict[str, TableDelta], size: int, published: dict) -> PublishResult:
+        lap("write")
+        return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases)
+
+    def full(reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None) -> PublishResult:
+        say(f"full rebuild: {reason}")
+        tables = add_vectors(replace(rows, nhop=with_hash("nhop", nhop_paths(edges))), embedder, previous)
+        lap("vectors")
+        changes = _changes_frame(plans) if plans is not None else None
+        publish_meta = {
+            **base_meta, "built_at": time.time(), "index_id": uuid.uuid4().hex,
+            "index_version": int((prev_meta or {}).get("index_version") or 0) + 1,
+            "previous_index_id": prev_meta.get("index_id") if plans is not None else None,
+            "previous_version": prev_meta.get("index_version") if plans is not None else None,
+            "build_mode": "full", "build_reason": reason, "rows_rewritten_since_full": 0,
+            "changed_keys": changes.height if changes is not None else None,
+        }
+        size = write_duckdb_index(tables, target, publish_meta, changes, verify=verify)
+        stats = {t: p.stats for t, p in plans.items()} if plans is not None else {
+            t: TableDelta(inserted=tables.get(t).height) for t in TABLES}
+        return result("full", reason, stats, size, {**publish_meta, "counts": tables.counts()})
+
+    # can the published index be patched?
+    if prev is None:
+        return full("no previous index", None, None, None)
+    problem = _compatibility_problem(prev, embedder)
+    if problem:
+        return full(problem, None, None, prev)
+
+    stat = os.stat(target)
+    con = duckdb.connect(str(target), read_only=True)
+    try:
+        old_counts = _table_counts(con)
+        plans, n_affected = _compare(con, rows, edges, old_counts)
+        lap("compare")
+        # rows with vectors decide (they are what a full build costs and what deleted rows leave
+        # behind in the file); a row of the small vectorless tables (n-hop paths, type pool) counts a tenth
+        share = {t: (1.0 if t in VECTOR_TABLES else 0.1) for t in plans}
+        touched = int(sum(share[t] * p.stats.touched for t, p in plans.items()))
+        moved = int(sum(share[t] * (p.stats.inserted + p.stats.deleted) for t, p in plans.items()))
+        total = max(1, int(sum(share.get(t, 1.0) * n for t, n in old_counts.items())))
+        since_full = int(prev.get("rows_rewritten_since_full") or 0)
+        say(f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
+            f"({n_affected} entities with possibly new n-hop paths)")
+        reason = None
+        if full_rebuild:
+            reason = "full rebuild requested"
+        elif touched > max_fraction * total:
+            reason = f"{touched} of {total} rows change ({touched / total:.0%} > {max_fraction:.0%})"
+        elif since_full + moved > max_fraction * total:
+            reason = f"compaction: {since_full + moved} of {total} rows rewritten since the last full build"
+        if reason:
+            previous = _read_previous_vectors(con)  # the vectors of unchanged texts are reused
+            con.close()
+            con = None
+            return full(reason, previous, plans, prev)
+
+        content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
+        prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in ("schema_version", "row_hash_scheme")}
+        if touched == 0 and content_meta == prev_content:
+            verify(con)  # what stays published must be complete too
+            return result("unchanged", "nothing differs from the published index", {t: p.stats for t, p in plans.items()},
+                          stat.st_size, prev)
+    finally:
+        if con is not None:
+            con.close()
+
+    # vectors for the rows to insert only (texts unchanged under the same key were updated in place)
+    inserts: dict[str, pl.DataFrame] = {}
+    for table, plan in plans.items():
+        rows_in = plan.insert_rows
+        inserts[table] = with_vectors(table, rows_in, embedder) if table in VECTOR_TABLES else rows_in.select(table_columns(table))
+    lap("vectors")
+    changes = _changes_frame(plans)
+    publish_meta = {
+        **base_meta, "built_at": time.time(), "index_id": uuid.uuid4().hex,
+        "index_version": int(prev.get("index_version") or 0) + 1,
+        "previous_index_id": prev["index_id"], "previous_version": prev.get("index_version"),
+        "build_mode": "delta", "build_reason": "incremental", "rows_rewritten_since_full": since_full + moved,
+        "changed_keys": changes.height,
+    }
+    with atomic_path(target, ".duckdb") as tmp:
+        shutil.copyfile(target, tmp)
+        now = os.stat(target)
+        if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
+            raise RuntimeError(f"{target} was replaced by another publish while this one compared with it; run again")
+        lap("copy")
+        con = duckdb.connect(str(tmp))
+        try:
+            con.execute("BEGIN TRANSACTION")
+            _apply(con, plans, inserts)
+            counts = _table_counts(con)
+            _write_meta(con, {"schema_version": SCHEMA_VERSION, "row_hash_scheme": HASH_SCHEME, **publish_meta,
+                              "counts": counts}, changes)
+            con.execute("COMMIT")
+            lap("apply")
+            verify(con)
+            lap("verify")
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+            _drop_wal(tmp)
+        size = tmp.stat().st_size
+    return result("delta", "incremental", {t: p.stats for t, p in plans.items()}, size, {**publish_meta, "counts": counts})

@@ -1,0 +1,146 @@
+"""Comparing the corpus directory with the `documents` partitions: what to add, delete and run.
+
+Shared by the sensor (previous hashes from its cursor), the daily reconcile schedule and the CLI
+(previous hashes from what the `chunks` asset stored). Stale documents are grouped into runs of
+contiguous partition ranges, so a bulk drop of files becomes a few runs, never one per file.
+"""
+
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from graphrag_pipeline.ingest.documents import CorpusFile, file_hash, scan_corpus
+from graphrag_pipeline.storage.store import DOC_TABLES, Store
+
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+DEFAULT_BATCH = 500
+
+
+@dataclass
+class FileState:
+    hash: str
+    size: int
+    mtime_ns: int
+
+    def to_list(self) -> list:
+        return [self.hash, self.size, self.mtime_ns]
+
+
+@dataclass
+class SyncPlan:
+    files: dict[str, CorpusFile]
+    states: dict[str, FileState]
+    to_add: list[str]
+    to_delete: list[str]
+    stale: list[str]
+    order: list[str]  # partition keys in the order Dagster holds them, after adds and deletes
+    errors: dict[str, str] = field(default_factory=dict)
+    cache: dict[str, list] = field(default_factory=dict)  # see plan_sync's `cache`
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.to_add or self.to_delete or self.stale)
+
+    def batches(self, max_per_run: int = DEFAULT_BATCH) -> list[list[str]]:
+        return contiguous_batches(self.order, self.stale, max_per_run)
+
+
+def contiguous_batches(order: list[str], selected: list[str], max_per_run: int = DEFAULT_BATCH) -> list[list[str]]:
+    """Split `selected` keys into runs of keys that are contiguous in `order` (a partition range)."""
+    wanted = set(selected)
+    batches: list[list[str]] = []
+    current: list[str] = []
+    for key in order:
+        if key in wanted and len(current) < max_per_run:
+            current.append(key)
+            continue
+        if current:
+            batches.append(current)
+            current = []
+        if key in wanted:
+            current.append(key)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def range_tags(batch: list[str]) -> dict[str, str]:
+    return {RANGE_START_TAG: batch[0], RANGE_END_TAG: batch[-1]}
+
+
+def scan_states(corpus: Path, known: Mapping[str, list] | None = None) -> tuple[dict[str, CorpusFile], dict[str, FileState], dict[str, str]]:
+    """Hash every corpus file, reusing a known hash when size and mtime did not change."""
+    files = {f.key: f for f in scan_corpus(corpus)}
+    states: dict[str, FileState] = {}
+    errors: dict[str, str] = {}
+    for key, f in files.items():
+        try:
+            st = f.path.stat()
+            prev = (known or {}).get(key)
+            if prev and len(prev) == 3 and prev[1] == st.st_size and prev[2] == st.st_mtime_ns:
+                states[key] = FileState(prev[0], st.st_size, st.st_mtime_ns)
+            else:
+                states[key] = FileState(file_hash(f.path), st.st_size, st.st_mtime_ns)
+        except OSError as exc:
+            errors[key] = f"{f.relpath}: {exc.strerror or exc}"
+    return files, states, errors
+
+
+def stored_hash(store: Store, key: str, method: str) -> str | None:
+    """The content hash the last successful chunks + doc_subgraph materialization processed; None
+    (the document is processed again) when its outputs are missing, damaged (see
+    Store.document_problems), made from different contents or with another method."""
+    if store.document_problems(key, method):
+        return None
+    try:
+        return (store.chunk_info(key) or {}).get("content_hash")
+    except (OSError, ValueError):  # changed since it was checked
+        return None
+
+
+# every output file of a document: when one of them changes (a rewrite, or damage), what its
+# outputs say is read (and checked) again
+OUTPUT_FILES = {asset: (".json", *tables) for asset, tables in DOC_TABLES.items()}
+
+
+def plan_sync(
+    corpus: Path,
+    existing: list[str],
+    store: Store,
+    method: str,
+    previous: Mapping[str, list] | None = None,
+    cache: Mapping[str, list] | None = None,
+) -> SyncPlan:
+    """previous: key -> [hash, size, mtime_ns] as seen last time (the sensor's cursor), or None:
+    then a document is stale when its content differs from what its stored outputs say they
+    processed. `cache` (the plan's `cache` from the last call) spares work on unchanged documents:
+    a file with the same size and mtime keeps its hash, and stored outputs whose files have the same
+    size and mtime keep what they said; the result is the same as without it. Outputs whose files
+    changed are checked (Store.document_problems): a damaged document is stale."""
+    cache = cache or {}
+    known = previous or {k: v[:3] for k, v in cache.items()}
+    files, states, errors = scan_states(corpus, known)
+    existing_set = set(existing)
+    to_add = [k for k in files if k not in existing_set and k in states]
+    to_delete = [k for k in existing if k not in files]
+    stale = []
+    new_cache: dict[str, list] = {}
+    unseen = [k for k in states if not (previous or {}).get(k)]  # judged by their stored outputs
+    outputs = store.signatures("chunks", unseen, OUTPUT_FILES["chunks"])
+    subgraphs = store.signatures("doc_subgraph", unseen, OUTPUT_FILES["doc_subgraph"])
+    for key, state in states.items():
+        prev = (previous or {}).get(key)
+        if prev:
+            before = prev[0]
+        else:
+            sig = f"{outputs[key]}|{subgraphs[key]}|{method}"
+            entry = cache.get(key)
+            before = entry[4] if entry and len(entry) == 5 and entry[3] == sig else stored_hash(store, key, method)
+            new_cache[key] = [*state.to_list(), sig, before]
+        if before != state.hash:
+            stale.append(key)
+    deleted = set(to_delete)
+    order = [k for k in existing if k not in deleted] + to_add
+    return SyncPlan(files, states, to_add, to_delete, stale, order, errors, new_cache)

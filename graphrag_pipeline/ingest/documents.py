@@ -1,0 +1,322 @@
+"""Reading the corpus: which files are documents, their partition keys, and their text.
+
+Bad files never raise: each read returns a `DocumentText` whose `status` says what happened
+(ok, truncated, empty, binary, undecodable, unreadable) with a human-readable message.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+from graphrag_pipeline.storage.files import file_sha256
+from typing import Iterable
+
+SUPPORTED_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+_SAFE = re.compile(r"[^\w.\-]", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    key: str  # partition key
+    relpath: str  # path relative to the corpus, with "/" separators, as text for display (always valid UTF-8)
+    path: Path  # the real path (an undecodable name keeps its bytes here)
+
+
+_KEY_HEAD_BYTES = 110  # a key is part of file names, which are limited to 255 bytes
+_RAW_HEAD_BYTES = 100
+
+
+def _head(key: str, limit: int) -> str:
+    return key.encode("utf-8")[:limit].decode("utf-8", errors="ignore").lstrip(".")
+
+
+def _raw_bytes(relpath: str) -> bytes:
+    """The bytes of a corpus-relative path as the file system holds them."""
+    try:
+        return os.fsencode(relpath)
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte: not from the file system
+        return relpath.encode("utf-8", "surrogatepass")
+
+
+def _is_text(relpath: str) -> bool:
+    try:
+        relpath.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # surrogate escapes: the name's bytes are not UTF-8
+        return False
+
+
+def display_path(relpath: str) -> str:
+    """A path as valid UTF-8 text: bytes of a name that are not UTF-8 (surrogate escapes) are shown
+    as `\\xNN`, so two such names still read differently."""
+    if _is_text(relpath):
+        return relpath
+    try:
+        raw = relpath.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = relpath.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", errors="backslashreplace")
+
+
+def _raw_key(relpath: str) -> str:
+    """The key of a name told apart by its bytes: the readable part, `~`, 16 hex digits of the
+    SHA-256 of the raw path. Never equal to a `partition_key` of a UTF-8 name, whose hash (if
+    any) has 8 digits."""
+    readable = unicodedata.normalize("NFC", relpath.replace("\\", "/")).strip("/")
+    key = "--".join(_SAFE.sub("_", p) for p in readable.split("/"))
+    digest = hashlib.sha256(_raw_bytes(relpath)).hexdigest()[:16]
+    return f"{_head(key, _RAW_HEAD_BYTES)}~{digest}"
+
+
+def partition_key(relpath: str) -> str:
+    """A stable, storage-safe partition key for a corpus-relative path.
+
+    Folders become `--`; characters outside letters, digits, `.`, `_`, `-` become `_`. When that
+    mapping loses information (a replaced character, `--` already in the name, a `-` next to a
+    folder separator as in `a-/b` vs `a/-b`, or a backslash) a short hash of the original path is
+    appended, so two paths never share a key and a key never changes. Keys longer than 120 UTF-8
+    bytes are cut and hashed too: a key is part of file names, which are limited to 255 bytes.
+
+    A name whose bytes are not UTF-8 (it reaches Python with surrogate escapes) gets `~` and 16
+    hex digits of the SHA-256 of its raw bytes. Names are compared in Unicode NFC here, so the NFC
+    and NFD spellings of a name give the same key: when both are in one corpus, `corpus_keys`
+    (which `scan_corpus` uses) gives the one not in NFC a key of its own.
+    """
+    if not _is_text(relpath):
+        return _raw_key(relpath)
+    original = unicodedata.normalize("NFC", relpath).strip("/")
+    relpath = unicodedata.normalize("NFC", relpath.replace("\\", "/")).strip("/")
+    parts = [_SAFE.sub("_", p) for p in relpath.split("/")]
+    key = "--".join(parts)
+    lossy = (any(_SAFE.search(p) for p in relpath.split("/")) or "--" in relpath or "-/" in relpath
+             or "/-" in relpath or "\\" in original or key.startswith("."))
+    if lossy or len(key.encode("utf-8")) > 120:
+        digest = hashlib.sha1(original.encode("utf-8")).hexdigest()[:8]
+        key = f"{_head(key, _KEY_HEAD_BYTES)}~{digest}"
+    return key
+
+
+def corpus_keys(relpaths: Iterable[str]) -> dict[str, str]:
+    """The partition key of every path of one corpus, all distinct.
+
+    Each path gets `partition_key(path)`, unless another path of the corpus has the same key (the
+    same name spelled in NFC and in NFD, e.g. "é.txt" as U+00E9 or as "e" + U+0301). Then the
+    spelling in NFC keeps the key and each other spelling gets a key from a hash of its raw bytes
+    (as an undecodable name does). So every key a name had before stays, and a name's key changes
+    only while a twin spelled differently sits beside it."""
+    relpaths = list(dict.fromkeys(relpaths))
+    groups: dict[str, list[str]] = {}
+    for rel in relpaths:
+        groups.setdefault(partition_key(rel), []).append(rel)
+    keys: dict[str, str] = {}
+    taken = set(groups)
+    for key, members in groups.items():
+        if len(members) == 1:
+            keys[members[0]] = key
+            continue
+        members = sorted(members, key=_raw_bytes)
+        canonical = [r for r in members if _is_text(r) and unicodedata.is_normalized("NFC", r)]
+        keeper = canonical[0] if canonical else None
+        for rel in members:
+            if rel == keeper:
+                keys[rel] = key
+                continue
+            other = _raw_key(rel)
+            n = 0
+            while other in taken:  # two raw hashes alike in 64 bits: not expected, but never share
+                n += 1
+                other = f"{_raw_key(rel)[:-16]}{hashlib.sha256(_raw_bytes(rel) + bytes([n])).hexdigest()[:16]}"
+            taken.add(other)
+            keys[rel] = other
+    return keys
+
+
+def scan_corpus(corpus: Path) -> list[CorpusFile]:
+    """All supported files below `corpus`, sorted by relative path (hidden files and folders skipped).
+
+    Every file gets a key of its own (see `corpus_keys`), also when its name is not UTF-8: its
+    `relpath` is then shown with `\\xNN` escapes and `path` keeps the real name for reading."""
+    corpus = Path(corpus)
+    if not corpus.is_dir():
+        raise FileNotFoundError(f"corpus directory not found: {corpus}")
+    found: list[tuple[str, Path]] = []
+    for path in corpus.rglob("*"):
+        rel = path.relative_to(corpus)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if path.suffix.lower() in SUPPORTED_SUFFIXES and path.is_file():
+            found.append((rel.as_posix(), path))
+    keys = corpus_keys(rel for rel, _ in found)
+    files = [CorpusFile(keys[rel], display_path(rel), path) for rel, path in found]
+    files.sort(key=lambda f: (f.relpath, _raw_bytes(str(f.path))))
+    return files
+
+
+def file_hash(path: Path) -> str:
+    """The content hash of a corpus file (SHA-256, 32 hex digits)."""
+    return file_sha256(path)[:32]
+
+
+@dataclass
+class DocumentText:
+    text: str
+    status: str  # ok | truncated | empty | binary | undecodable | unreadable
+    message: str
+    encoding: str = ""
+    size_bytes: int = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.status in ("ok", "truncated") and bool(self.text.strip())
+
+
+def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentText:
+    """Read one corpus file into plain text, never raising on bad content."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        return DocumentText("", "unreadable", f"cannot read {display_path(path.name)}: {exc.strerror or exc}")
+    truncated = len(raw) > max_bytes
+    raw = raw[:max_bytes]
+    if not raw.strip():
+        return DocumentText("", "empty", f"{display_path(path.name)} is empty", size_bytes=size)
+    text, encoding = _decode(raw, truncated)
+    if text is None:
+        reason = encoding
+        return DocumentText("", reason, f"{display_path(path.name)} skipped: {'binary content' if reason == 'binary' else 'cannot determine its text encoding'}", size_bytes=size)
+    kind = SUPPORTED_SUFFIXES.get(path.suffix.lower(), "text")
+    if kind == "html":
+        text = html_to_text(text)
+    elif kind == "markdown":
+        text = markdown_to_text(text)
+    text = _normalise_text(text)
+    if not text.strip():
+        return DocumentText("", "empty", f"{display_path(path.name)} has no text", encoding, size)
+    if truncated:
+        return DocumentText(text, "truncated", f"{display_path(path.name)} is {size:,} bytes; only the first {max_bytes:,} bytes were read", encoding, size)
+    return DocumentText(text, "ok", "", encoding, size)
+
+
+def _decode(raw: bytes, truncated: bool) -> tuple[str | None, str]:
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            # final=False when truncated: a cut code unit or surrogate pair at the end is dropped
+            return codecs.getincrementaldecoder("utf-16")().decode(raw, final=not truncated), "utf-16"
+        except UnicodeDecodeError:
+            pass
+    if b"\x00" in raw[:8192]:
+        return None, "binary"
+    try:
+        return raw.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError as exc:
+        # a file cut in the middle of a multi-byte character is still UTF-8
+        if truncated and exc.start >= len(raw) - 4:
+            return raw[: exc.start].decode("utf-8-sig"), "utf-8"
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(raw[:1 << 20]).best()
+    if best is None or best.encoding is None:
+        return None, "undecodable"
+    text = raw.decode(best.encoding, errors="replace")
+    if _control_ratio(text) > 0.05 or text.count("\ufffd") > max(10, len(text) // 100):
+        return None, "undecodable"
+    return text, best.encoding
+
+
+def _control_ratio(text: str) -> float:
+    sample = text[:20000]
+    if not sample:
+        return 0.0
+    bad = sum(1 for ch in sample if unicodedata.category(ch) == "Cc" and ch not in "\n\r\t\f")
+    return bad / len(sample)
+
+
+def _normalise_text(text: str) -> str:
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")
+    text = re.sub(r"[ \t\f\v]+\n", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+class _TextExtractor(HTMLParser):
+    # not "head": its end tag is optional, and then everything after it would be skipped; its only
+    # text-bearing children are the title (kept) and script/style/noscript/template (skipped)
+    _SKIP = {"script", "style", "noscript", "template", "svg"}
+    _BLOCK = {"p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "table",
+              "section", "article", "blockquote", "pre", "header", "footer", "title", "dd", "dt"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip_depth = 0
+        self.title = ""
+        self._in_title = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "title" and not self._skip_depth:  # not an <svg><title> tooltip
+            self._in_title = True
+        elif tag in self._SKIP:
+            self._skip_depth += 1
+        if tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self._in_title = False
+        elif tag in self._SKIP and self._skip_depth:
+            self._skip_depth -= 1
+        if tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        elif not self._skip_depth:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> str:
+    """Visible text of an HTML page, with block elements as paragraph breaks; the title first."""
+    parser = _TextExtractor()
+    try:
+        parser.feed(html)
+        parser.close()
+    except Exception:  # malformed markup: keep whatever was parsed
+        pass
+    body = "".join(parser.parts)
+    body = re.sub(r"[ \t]+", " ", body)
+    body = re.sub(r"\n[ \t]+", "\n", body)
+    title = re.sub(r"\s+", " ", parser.title).strip()
+    return (title + "\n\n" + body) if title and title not in body[:500] else body
+
+
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_MD_EMPH = re.compile(r"(\*\*|__|\*|`)(?=\S)(.+?)(?<=\S)\1")
+
+
+def markdown_to_text(md: str) -> str:
+    """Markdown reduced to prose: headings, emphasis, links and code fences lose their markup."""
+    lines = []
+    for line in md.split("\n"):
+        s = line.rstrip()
+        if s.strip().startswith("```"):
+            continue
+        s = re.sub(r"^\s{0,3}#{1,6}\s*", "", s)
+        s = re.sub(r"^\s*>\s?", "", s)
+        s = re.sub(r"^\s*[-*+]\s+", "", s)
+        s = _MD_LINK.sub(r"\1", s)
+        s = _MD_EMPH.sub(r"\2", s)
+        lines.append(s)
+    return "\n".join(lines)

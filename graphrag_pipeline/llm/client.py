@@ -1,0 +1,679 @@
+"""The one way the pipeline talks to an OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, Xinference).
+
+Built on the official ``openai`` client with its own retries disabled: this module retries 429,
+408/409, 5xx, timeouts, connection errors and malformed answers itself, with capped exponential
+backoff and full jitter (or the server's ``Retry-After``), so it controls the waiting, the counting
+and cancellation. Answers are cached persistently in a :class:`KVCache` keyed by the full request.
+
+The API key never appears in exceptions, log records or ``repr``: error texts are scrubbed of it,
+the endpoint URL is shown without userinfo or query, and the original exception is not chained.
+
+A dead endpoint is not paid for chunk after chunk: a circuit breaker counts the calls that failed
+after all their retries, in a row (any successful request resets the count); after ``breaker``
+(``GRAPHRAG_LLM_BREAKER``, default 3) of them every further call of the client fails at once with
+:class:`LLMCircuitOpen`. While the endpoint is not known to work (no request of this process has
+succeeded yet, or the latest request failed and none succeeded since), one call at a time makes
+requests and the others wait, so a dead endpoint costs at most ``breaker x (max_retries + 1)``
+requests, not that many per concurrent call. One call also gives up retrying once waiting for
+the next retry would take it past ``max_call_s``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm.usage import LLMUsage
+
+if TYPE_CHECKING:
+    import numpy
+
+log = logging.getLogger("graphrag_pipeline.llm")
+
+EMBEDDING_BATCH = 64
+_RETRY_STATUSES = {408, 409, 429}  # plus every status >= 500
+_POLL_S = 0.05  # how often a call waiting for a concurrency slot checks for cancellation
+DEFAULT_BREAKER = 3  # consecutive failed calls that open the circuit (GRAPHRAG_LLM_BREAKER; 0 = never)
+# a request the endpoint rejected for what it contains (bad request, too large, unprocessable): the
+# endpoint works, so this neither counts towards the breaker nor marks the endpoint as failing
+_REQUEST_SPECIFIC = {400, 413, 422}
+
+_registry_lock = threading.Lock()
+_CLIENTS: "weakref.WeakSet[LLMClient]" = weakref.WeakSet()
+_PROVEN: set[str] = set()  # endpoints (without credentials) that have answered a request in this process
+
+
+def cancel_all_clients() -> None:
+    """Cancel every LLMClient of this process and abort their requests on the wire (the build is
+    stopped by a signal: waiting for a slow answer would keep the user waiting up to the timeout)."""
+    with _registry_lock:
+        clients = list(_CLIENTS)
+    for client in clients:
+        client.cancel()
+        try:
+            client.close()  # closes the connections: a blocked read fails now, and the call raises LLMCancelled
+        except Exception:  # noqa: BLE001 - best effort while stopping
+            pass
+
+
+def forget_endpoint_health() -> None:
+    """Forget which endpoints have answered in this process, so new clients probe them again one
+    call at a time (for tests that reuse a process for what would be separate builds)."""
+    with _registry_lock:
+        _PROVEN.clear()
+
+
+class LLMError(RuntimeError):
+    """Final failure after retries; the message names the endpoint (without credentials) and the
+    status or cause, never the API key."""
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 0, endpoint: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+        self.endpoint = endpoint
+
+
+class LLMCancelled(LLMError):
+    """The client was cancelled (``LLMClient.cancel``) before or while this call waited."""
+
+
+class LLMCircuitOpen(LLMError):
+    """The endpoint failed ``failures`` calls in a row; the client makes no further requests.
+    ``last_error`` is the message of the call that failed last (without credentials)."""
+
+    def __init__(self, message: str, *, failures: int = 0, last_error: str = "", status: int | None = None, endpoint: str = ""):
+        super().__init__(message, status=status, attempts=0, endpoint=endpoint)
+        self.failures = failures
+        self.last_error = last_error
+
+
+@dataclass
+class ChatResult:
+    text: str
+    cached: bool
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class _Secret:
+    """Holds the API key; its repr never shows it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
+class _Retryable(Exception):
+    def __init__(self, cause: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(cause)
+        self.cause = cause
+        self.status = status
+        self.retry_after = retry_after
+
+
+class _Fatal(Exception):
+    def __init__(self, cause: str, status: int | None = None):
+        super().__init__(cause)
+        self.cause = cause
+        self.status = status
+
+
+def redact_url(url: str) -> str:
+    """``url`` without userinfo, query string or fragment (where credentials tend to hide)."""
+    try:
+        parts = urlsplit(str(url))
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6 literal
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
+    except ValueError:
+        return "<invalid url>"
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def chat_cache_key(model: str, messages: list[dict], temperature: float, max_tokens: int | None,
+                   logit_bias: dict | None, response_format: dict | None) -> str:
+    payload = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
+               "logit_bias": {str(k): v for k, v in logit_bias.items()} if logit_bias else logit_bias,
+               "response_format": response_format}
+    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+def embedding_cache_key(embedding_model: str, text: str) -> str:
+    payload = {"embedding_model": embedding_model, "text": text}
+    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+def _message_text(messages: list[dict]) -> str:
+    parts: list[str] = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):  # multi-part content: count the text parts
+            parts += [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "\n".join(parts)
+
+
+def parse_json_reply(text: str) -> Any:
+    """Parse JSON an LLM wrote: strict first, then repaired with ``json_repair`` (code fences,
+    trailing commas, single quotes, truncation). Returns None when nothing usable is found."""
+    s = (text or "").strip()
+    if s.startswith("```"):
+        s = s.split("\n", 1)[1] if "\n" in s else ""
+        if s.rstrip().endswith("```"):
+            s = s.rstrip()[:-3]
+        s = s.strip()
+    try:
+        return json.loads(s)
+    except ValueError:
+        pass
+    import json_repair
+
+    try:
+        value = json_repair.loads(s)
+    except Exception:  # json_repair is lenient by design; treat any failure as "no JSON"
+        return None
+    return None if value == "" else value
+
+
+class LLMClient:
+    def __init__(self, *, model: str, api_key: str | None = None, base_url: str | None = None,
+                 cache: KVCache | None = None, max_concurrent: int = 10, timeout_s: float = 120.0,
+                 max_retries: int = 5, backoff_base_s: float = 1.0, backoff_max_s: float = 60.0,
+                 embedding_model: str | None = None, breaker: int | None = None, max_call_s: float | None = None):
+        """breaker: consecutive failed calls after which every call fails at once (None: the
+        ``GRAPHRAG_LLM_BREAKER`` variable, else 3; 0: never). max_call_s: no retry is started that
+        would begin later than this after the call's first request (None: ``max(60, 2 x
+        timeout_s)``); one call thus takes at most about ``max_call_s + timeout_s``."""
+        import openai
+
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be >= 1")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if breaker is None:
+            raw = os.environ.get("GRAPHRAG_LLM_BREAKER", "").strip()
+            try:
+                breaker = int(raw) if raw else DEFAULT_BREAKER
+            except ValueError:
+                raise ValueError(f"GRAPHRAG_LLM_BREAKER must be a whole number >= 0 (0 = never), got {raw!r}") from None
+        if breaker < 0:
+            raise ValueError("breaker must be >= 0 (0 = never)")
+        if max_call_s is None:
+            max_call_s = max(60.0, 2.0 * timeout_s)
+        if max_call_s <= 0:
+            raise ValueError("max_call_s must be > 0")
+        key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if (base_url or os.environ.get("OPENAI_BASE_URL")) else None)
+        if not key:
+            raise ValueError("LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint")
+        self.model = model
+        self.embedding_model = embedding_model
+        self.cache = cache
+        self.max_concurrent = max_concurrent
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._key = _Secret(key)
+        self._client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
+        self._endpoint = redact_url(str(self._client.base_url))
+        self._openai = openai
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self.usage = LLMUsage()
+        self.attempts = 0  # every HTTP attempt (chat and embeddings), successful or not
+        self.breaker = breaker
+        self.max_call_s = float(max_call_s)
+        # circuit state, guarded by _cond (a re-entrant lock, so cancel() is safe from anywhere)
+        self._cond = threading.Condition()
+        with _registry_lock:
+            self._healthy = self._endpoint in _PROVEN  # False: requests go one call at a time
+            _CLIENTS.add(self)
+        self._gate_owner: object | None = None  # the call allowed to make requests while not healthy
+        self._failures = 0  # calls failed in a row
+        self._circuit: LLMCircuitOpen | None = None
+
+    # -- construction / description ----------------------------------------------------------------
+    @classmethod
+    def from_env(cls, cache: KVCache | None = None) -> "LLMClient | None":
+        api_key = os.environ.get("OPENAI_API_KEY") or None
+        base_url = os.environ.get("OPENAI_BASE_URL") or None
+        if not api_key and not base_url:
+            return None
+        embedding_model = os.environ.get("GRAPHRAG_EMBEDDING_MODEL") or "hashing"
+        return cls(
+            model=os.environ.get("GRAPHRAG_LLM_MODEL") or "gpt-4o-mini",
+            api_key=api_key or "EMPTY",
+            base_url=base_url,
+            cache=cache,
+            max_concurrent=int(os.environ.get("GRAPHRAG_MAX_CONCURRENT_CHATS") or 10),
+            timeout_s=float(os.environ.get("GRAPHRAG_LLM_TIMEOUT") or 120),
+            max_retries=int(os.environ.get("GRAPHRAG_LLM_MAX_RETRIES") or 5),
+            embedding_model=None if embedding_model == "hashing" else embedding_model,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint URL without credentials."""
+        return self._endpoint
+
+    def describe(self) -> str:
+        return f"model {self.model} at {self._endpoint}"
+
+    def __repr__(self) -> str:
+        return f"LLMClient({self.describe()})"
+
+    __str__ = __repr__
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- usage / cancellation ------------------------------------------------------------------------
+    def usage_snapshot(self) -> LLMUsage:
+        with self._lock:
+            return LLMUsage(**self.usage.to_dict())
+
+    def _count(self, *, calls: int = 0, cache_hits: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        with self._lock:
+            self.usage.calls += calls
+            self.usage.cache_hits += cache_hits
+            self.usage.prompt_tokens += prompt_tokens
+            self.usage.completion_tokens += completion_tokens
+
+    def cancel(self) -> None:
+        """Stop: calls waiting for a slot or backing off raise LLMCancelled promptly, new calls raise
+        it at once. A request already on the wire finishes (bounded by ``timeout_s``)."""
+        self._cancel.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def _check_cancelled(self) -> None:
+        if self._cancel.is_set():
+            raise LLMCancelled(f"LLM client for {self.describe()} was cancelled", endpoint=self._endpoint)
+
+    # -- circuit breaker ------------------------------------------------------------------------------
+    @property
+    def circuit_open(self) -> bool:
+        """True once the breaker has opened: every further request fails at once."""
+        return self._circuit is not None
+
+    @property
+    def circuit_message(self) -> str:
+        """Why the breaker opened (names the endpoint and the last error, never the key), or ""."""
+        return str(self._circuit) if self._circuit is not None else ""
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._failures
+
+    def _circuit_error(self) -> LLMCircuitOpen:
+        c = self._circuit
+        return LLMCircuitOpen(str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint)
+
+    def _check_open(self) -> None:
+        if self._circuit is not None:
+            raise self._circuit_error()
+
+    def _succeeded(self) -> None:
+        with self._cond:
+            self._failures = 0
+            if not self._healthy:
+                self._healthy = True
+                self._cond.notify_all()
+        with _registry_lock:
+            _PROVEN.add(self._endpoint)
+
+    def _set_healthy(self, healthy: bool) -> None:
+        with self._cond:
+            if self._healthy != healthy:
+                self._healthy = healthy
+                self._cond.notify_all()
+
+    def _failed(self, err: LLMError) -> LLMError:
+        """Count a call that failed for good; the error to raise (LLMCircuitOpen once open)."""
+        with self._cond:
+            self._failures += 1
+            if self.breaker and self._failures >= self.breaker and self._circuit is None:
+                self._circuit = LLMCircuitOpen(
+                    f"The LLM endpoint {self._endpoint} failed {self._failures} calls in a row, so no further "
+                    f"calls are made (circuit breaker GRAPHRAG_LLM_BREAKER={self.breaker}). Last error: {err} "
+                    "-- what was done before is kept: once the endpoint works, run the build again and it "
+                    "resumes where it stopped.",
+                    failures=self._failures, last_error=str(err), status=err.status, endpoint=self._endpoint)
+                self._cond.notify_all()
+                log.error("%s", self._circuit)
+            opened = self._circuit is not None
+        return self._circuit_error() if opened else err
+
+    def _enter_gate(self, token: object) -> bool:
+        """While the endpoint is not known to work, requests are made by one call at a time: wait
+        for the turn. True when this call now holds the turn (it keeps it until it ends), False
+        when the endpoint is (or became) healthy and no turn is needed."""
+        with self._cond:
+            while True:
+                if self._healthy:
+                    return False
+                self._check_cancelled()
+                self._check_open()
+                if self._gate_owner is None:
+                    self._gate_owner = token
+                    return True
+                self._cond.wait(_POLL_S)
+
+    def _leave_gate(self, token: object) -> None:
+        with self._cond:
+            if self._gate_owner is token:
+                self._gate_owner = None
+                self._cond.notify_all()
+
+    def _sleep(self, delay: float) -> None:
+        """Back off for ``delay`` seconds; cut short by cancel() or by the breaker opening."""
+        deadline = time.monotonic() + delay
+        with self._cond:
+            while not self._cancel.is_set() and self._circuit is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+        self._check_cancelled()
+        self._check_open()
+
+    # -- the retry loop ---------------------------------------------------------------------------------
+    def _scrub(self, text: str) -> str:
+        key = self._key.value
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+        return text[:500]
+
+    def _classify(self, exc: BaseException) -> _Retryable | _Fatal:
+        openai = self._openai
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            headers = exc.response.headers if exc.response is not None else {}
+            detail = self._scrub(str(getattr(exc, "message", "") or exc))
+            cause = f"HTTP {status}" + (f" ({detail})" if detail else "")
+            if status in _RETRY_STATUSES or status >= 500:
+                retry_after = None
+                ms = headers.get("retry-after-ms")
+                if ms:
+                    try:
+                        retry_after = max(0.0, float(ms) / 1000.0)
+                    except ValueError:
+                        retry_after = None
+                if retry_after is None:
+                    retry_after = parse_retry_after(headers.get("retry-after"))
+                return _Retryable(cause, status, retry_after)
+            return _Fatal(cause, status)
+        if isinstance(exc, openai.APITimeoutError):
+            return _Retryable(f"timeout after {self.timeout_s:g}s")
+        if isinstance(exc, openai.APIConnectionError):
+            inner = exc.__cause__ or exc.__context__
+            detail = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc)
+            return _Retryable(f"connection error ({self._scrub(detail)})")
+        if isinstance(exc, (openai.APIResponseValidationError, ValueError)):
+            return _Retryable(f"malformed response ({type(exc).__name__}: {self._scrub(str(exc))[:200]})")
+        raise exc
+
+    def _backoff(self, retry: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(self.backoff_max_s, retry_after)
+        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * (2 ** retry)))
+
+    def _acquire_slot(self) -> None:
+        while not self._slots.acquire(timeout=_POLL_S):
+            self._check_cancelled()
+            self._check_open()
+        if self._cancel.is_set() or self._circuit is not None:
+            self._slots.release()
+            self._check_cancelled()
+            self._check_open()
+
+    def _with_retries(self, what: str, request):
+        """Run ``request()`` (one HTTP call; it validates the answer and raises ``_Retryable`` for a
+        malformed one) with retries. Returns its result; raises LLMError / LLMCancelled /
+        LLMCircuitOpen."""
+        retries = 0
+        started: float | None = None  # the first request (time spent waiting for a turn does not count)
+        turn = object()
+        holding = False  # this call holds the one-call-at-a-time turn
+        try:
+            while True:
+                self._check_cancelled()
+                self._check_open()
+                if not holding:
+                    holding = self._enter_gate(turn)
+                self._acquire_slot()
+                problem: _Retryable | _Fatal | None = None
+                if started is None:
+                    started = time.monotonic()
+                try:
+                    with self._lock:
+                        self.attempts += 1
+                    try:
+                        result = request()
+                    except (_Retryable, _Fatal) as exc:
+                        problem = exc
+                    except Exception as exc:  # noqa: BLE001 - classified below, unknown kinds re-raised
+                        problem = self._classify(exc)
+                finally:
+                    self._slots.release()
+                if problem is None:
+                    self._succeeded()
+                    return result
+                attempts = retries + 1
+                plural = "s" if attempts > 1 else ""
+                if isinstance(problem, _Fatal):
+                    err = LLMError(f"{what} to {self.describe()} failed (not retried) after {attempts} attempt{plural}: "
+                                   f"{problem.cause}", status=problem.status, attempts=attempts, endpoint=self._endpoint)
+                    if problem.status in _REQUEST_SPECIFIC:
+                        self._set_healthy(True)  # the endpoint answered; this request is the problem
+                        raise err from None
+                    self._set_healthy(False)
+                    raise self._failed(err) from None
+                self._set_healthy(False)
+                if self._cancel.is_set():
+                    self._check_cancelled()
+                if retries >= self.max_retries:
+                    raise self._failed(LLMError(f"{what} to {self.describe()} failed after {attempts} attempt{plural}: "
+                                                f"{problem.cause}", status=problem.status, attempts=attempts,
+                                                endpoint=self._endpoint)) from None
+                delay = self._backoff(retries, problem.retry_after)
+                elapsed = time.monotonic() - started
+                if elapsed + delay > self.max_call_s:
+                    raise self._failed(LLMError(f"{what} to {self.describe()} failed after {attempts} attempt{plural} in "
+                                                f"{elapsed:.0f}s (retry time limit {self.max_call_s:g}s): {problem.cause}",
+                                                status=problem.status, attempts=attempts, endpoint=self._endpoint)) from None
+                log.warning("%s to %s: %s; retry %d/%d in %.2fs", what, self.describe(), problem.cause,
+                            retries + 1, self.max_retries, delay)
+                retries += 1
+                self._sleep(delay)
+        finally:
+            if holding:
+                self._leave_gate(turn)
+
+    # -- chat ------------------------------------------------------------------------------------------
+    def chat(self, messages: list[dict], *, temperature: float = 0.0, max_tokens: int | None = None,
+             logit_bias: dict[int, int] | None = None, response_format: dict | None = None,
+             use_cache: bool = True) -> ChatResult:
+        """One chat completion. ``use_cache=False`` skips the cache lookup but still stores the fresh
+        answer (replacing the cached one), so a re-asked question (e.g. after an unparseable answer)
+        is served its newest answer on the next run."""
+        self._check_cancelled()
+        key = None
+        if self.cache is not None:
+            key = chat_cache_key(self.model, messages, temperature, max_tokens, logit_bias, response_format)
+        if key is not None and use_cache:
+            hit = self.cache.get(key)
+            if isinstance(hit, dict) and hit.get("text"):
+                self._count(cache_hits=1)
+                return ChatResult(text=hit["text"], cached=True, prompt_tokens=int(hit.get("prompt_tokens") or 0),
+                                  completion_tokens=int(hit.get("completion_tokens") or 0))
+
+        params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature}
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        if logit_bias:
+            params["logit_bias"] = {str(k): v for k, v in logit_bias.items()}
+        if response_format is not None:
+            params["response_format"] = response_format
+
+        def request():
+            resp = self._client.chat.completions.create(**params)
+            try:
+                choice = resp.choices[0]
+                text = choice.message.content or ""
+            except (AttributeError, IndexError, TypeError, KeyError):
+                raise _Retryable(f"malformed response (no choices[0].message in {type(resp).__name__})") from None
+            return resp, text
+
+        resp, text = self._with_retries("chat request", request)
+        usage = getattr(resp, "usage", None)
+        prompt_tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
+        completion_tokens = getattr(usage, "completion_tokens", None) if usage is not None else None
+        if prompt_tokens is None:
+            prompt_tokens = count_tokens(_message_text(messages))
+        if completion_tokens is None:
+            completion_tokens = count_tokens(text)
+        prompt_tokens, completion_tokens = int(prompt_tokens), int(completion_tokens)
+        self._count(calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        if key is not None and text:
+            self.cache.put(key, {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
+        return ChatResult(text=text, cached=False, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+
+    def chat_many(self, calls: list[dict]) -> list[ChatResult | LLMError]:
+        """Run several ``chat`` calls (each dict = its kwargs) in threads, at most ``max_concurrent``
+        HTTP requests at once; results in input order, a failed call gives its LLMError. If the
+        client is cancelled meanwhile, raises LLMCancelled (after the running calls have ended)."""
+        if not calls:
+            return []
+        self._check_cancelled()
+
+        def one(kwargs: dict) -> ChatResult | LLMError:
+            try:
+                return self.chat(**kwargs)
+            except LLMError as exc:
+                return exc
+
+        workers = min(self.max_concurrent, len(calls))
+        if workers == 1:
+            results = [one(kw) for kw in calls]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-chat") as pool:
+                results = list(pool.map(one, calls))
+        if self._cancel.is_set() and any(isinstance(r, LLMCancelled) for r in results):
+            self._check_cancelled()
+        return results
+
+    # -- embeddings ------------------------------------------------------------------------------------
+    def embed(self, texts: list[str]) -> "numpy.ndarray":
+        """Embed ``texts`` with ``embedding_model``: float32, L2-normalised rows in input order.
+        Each text is cached by (embedding_model, text); misses go in batches of 64. Usage: one
+        call per request, one cache hit per cached text, prompt tokens from the response."""
+        import numpy as np
+
+        if not self.embedding_model:
+            raise ValueError(f"{self!r} has no embedding_model (GRAPHRAG_EMBEDDING_MODEL)")
+        self._check_cancelled()
+        texts = list(texts)
+        vectors: dict[str, np.ndarray] = {}
+        keys = {t: embedding_cache_key(self.embedding_model, t) for t in dict.fromkeys(texts)}
+        if self.cache is not None and keys:
+            found = self.cache.get_many(keys.values())
+            for text, key in keys.items():
+                if isinstance(found.get(key), list) and found[key]:
+                    vectors[text] = np.asarray(found[key], dtype=np.float32)
+            hits = sum(1 for t in texts if t in vectors)
+            if hits:
+                self._count(cache_hits=hits)
+        missing = [t for t in keys if t not in vectors]
+        for start in range(0, len(missing), EMBEDDING_BATCH):
+            batch = missing[start : start + EMBEDDING_BATCH]
+            rows, tokens = self._embed_batch(batch)
+            self._count(calls=1, prompt_tokens=tokens)
+            fresh = {}
+            for text, row in zip(batch, rows):
+                vectors[text] = row
+                fresh[keys[text]] = [float(x) for x in row]
+            if self.cache is not None:
+                self.cache.put_many(fresh)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        dims = {v.shape[0] for v in vectors.values()}
+        if len(dims) != 1:
+            raise LLMError(f"embeddings from {self.describe()} have mixed dimensions {sorted(dims)}; "
+                           "clear the cache after changing the embedding model", endpoint=self._endpoint)
+        return np.stack([vectors[t] for t in texts]).astype(np.float32, copy=False)
+
+    def _embed_batch(self, batch: list[str]) -> tuple[list["numpy.ndarray"], int]:
+        import numpy as np
+
+        inputs = [t if t else " " for t in batch]  # OpenAI rejects empty strings
+
+        def request():
+            resp = self._client.embeddings.create(model=self.embedding_model, input=inputs, encoding_format="float")
+            try:
+                data = sorted(resp.data, key=lambda d: d.index)
+                matrix = np.asarray([d.embedding for d in data], dtype=np.float32)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise _Retryable(f"malformed embeddings response ({type(exc).__name__})") from None
+            if matrix.ndim != 2 or matrix.shape[0] != len(inputs) or matrix.shape[1] == 0:
+                raise _Retryable(f"malformed embeddings response (shape {matrix.shape} for {len(inputs)} inputs)")
+            return resp, matrix
+
+        resp, matrix = self._with_retries("embedding request", request)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        matrix = (matrix / norms).astype(np.float32)
+        usage = getattr(resp, "usage", None)
+        tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
+        if tokens is None:
+            tokens = sum(count_tokens(t) for t in batch)
+        return list(matrix), int(tokens)

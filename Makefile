@@ -19,7 +19,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[dev]'
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e '.[dev]'
+	$(BIN)/python -m compileall -q graphrag_pipeline
 	touch $(STAMP)
 
 demo: install
@@ -51,7 +52,7 @@ BENCH_SMOKE := $(BENCH_RUN) --results-dir benchmarks/results/smoke --work-dir be
 .PHONY: bench bench-smoke
 
 $(BENCH_STAMP): $(STAMP) benchmarks/requirements.txt
-	$(BIN)/uv pip install --python $(BIN)/python --quiet -r benchmarks/requirements.txt
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -r benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

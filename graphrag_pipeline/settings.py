@@ -5,8 +5,8 @@ LLM client, the Elasticsearch config and the query module use it too).
 everything else (the Dagster resources, the LLM client, the Elasticsearch config, the CLI and
 `settings_check`) reads them from it::
 
-    setting("GRAPHRAG_CHUNK_TOKENS")          # 2000 unless the variable says otherwise (an int)
-    default("GRAPHRAG_LLM_MODEL")             # "gpt-4o-mini"
+    setting("GRAPHRAG_CHUNK_TOKENS")          # an int: the variable, else the default written below
+    default("GRAPHRAG_LLM_MODEL")             # the chat model an unset variable stands for
     setting("GRAPHRAG_METHOD", {"OPENAI_API_KEY": "k"})   # "light": any mapping can stand for the environment
 
 An unset or blank variable means its default. Nothing here writes the environment.

@@ -130,13 +130,16 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
 
 def _plain_error(message: str) -> str:
     """A step's error as a person should read it: a full disk or a read-only folder said as such."""
+    from graphrag_pipeline.settings import raw
+
     low = message.lower()
+    home = raw("GRAPHRAG_HOME") or "the home"
     if "no space left" in low or "disk is full" in low:
-        return f"disk full (no space left on the device of {os.environ.get('GRAPHRAG_HOME', 'the home')}): {message}"
+        return f"disk full (no space left on the device of {home}): {message}"
     if "disk i/o error" in low:
-        return f"the disk of {os.environ.get('GRAPHRAG_HOME', 'the home')} failed a write (most often: it is full): {message}"
+        return f"the disk of {home} failed a write (most often: it is full): {message}"
     if "read-only file system" in low or "permission denied" in low:
-        return f"cannot write to {os.environ.get('GRAPHRAG_HOME', 'the home')} (read-only or not permitted): {message}"
+        return f"cannot write to {home} (read-only or not permitted): {message}"
     return message
 
 
@@ -240,7 +243,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace, paths: Paths) -> int:
     import dagster as dg
 
-    from graphrag_pipeline.settings import default_corpus, default_method
+    from graphrag_pipeline.settings import default_corpus, default_method, setting
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
     from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
     from graphrag_pipeline.storage.store import Store
@@ -249,7 +252,6 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags
     from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
     from graphrag_pipeline.defs.partitions import community_partitions, documents_partitions
-    from graphrag_pipeline.defs.resources import apply_env_defaults
 
     from graphrag_pipeline.llm.client import forget_endpoint_health
 
@@ -259,7 +261,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say(f"removed a temporary file left by an interrupted build: {leftover}")
     record = read_home_record(paths.home)
     try:
-        chosen = reconcile_settings(record, Path(os.environ.get("GRAPHRAG_CORPUS") or default_corpus()), bool(args.corpus),
+        chosen = reconcile_settings(record, default_corpus(), bool(args.corpus),
                                     args.method or default_method(), bool(args.method),
                                     switch_corpus=args.switch_corpus, switch_method=args.switch_method)
     except SettingsConflict as exc:
@@ -269,8 +271,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     if not corpus.is_dir():
         print(f"error: corpus directory not found: {corpus}", file=sys.stderr)
         return 2
-    os.environ["GRAPHRAG_CORPUS"], os.environ["GRAPHRAG_METHOD"] = str(corpus), method
-    apply_env_defaults()
+    os.environ["GRAPHRAG_CORPUS"], os.environ["GRAPHRAG_METHOD"] = str(corpus), method  # what the runs read
     instance = dg.DagsterInstance.get()
     _say(f"graphrag-pipeline build: corpus {corpus}, method {method}, home {paths.home}")
     for note in chosen.notes:
@@ -291,7 +292,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
               "this knowledge base. Check the path (an unmounted drive?), or pass --allow-empty to empty it.",
               file=sys.stderr)
         return 2
-    model = os.environ.get("GRAPHRAG_LLM_MODEL") if method != "fast" else None
+    model = setting("GRAPHRAG_LLM_MODEL") if method != "fast" else None
     write_home_record(paths.home, str(corpus), method, model)
     if plan.to_add:
         instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)

@@ -1,4 +1,5 @@
 """Every setting checked up front, one clear line per invalid variable (no Dagster import).
+The variables, their defaults and smallest values come from the table in `settings`.
 
     problems = check_settings(os.environ)   # [] when everything is usable
 
@@ -14,27 +15,16 @@ import re
 from typing import Mapping
 from urllib.parse import urlsplit
 
-METHODS = ("fast", "light", "general")
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
+from graphrag_pipeline.settings import FALSE_WORDS, METHODS, SETTINGS, TRUE_WORDS, parse_list
+from graphrag_pipeline.settings import default as default_of
+
 _MAX_INT = 2**31 - 1  # native code (Leiden, SQLite busy timeouts...) takes 32-bit integers
 
-# name -> (smallest allowed, default shown in the message)
-_INTS: dict[str, tuple[int, str]] = {
-    "GRAPHRAG_CHUNK_TOKENS": (100, "2000"),
-    "GRAPHRAG_CHUNK_OVERLAP": (0, "100"),
-    "GRAPHRAG_MAX_DOCUMENT_BYTES": (1, "20971520"),
-    "GRAPHRAG_MAX_CLUSTER_SIZE": (2, "12"),
-    "GRAPHRAG_MAX_CONCURRENT_CHATS": (1, "10"),
-    "GRAPHRAG_LLM_TIMEOUT": (1, "120 seconds"),
-    "GRAPHRAG_LLM_MAX_RETRIES": (0, "5"),
-    "GRAPHRAG_LLM_BREAKER": (0, "3; 0 = never"),
-    "GRAPHRAG_MAX_GLEANINGS": (-1, "-1 = the method's default"),
-}
-_BOOLS = {"GRAPHRAG_LLM_RESOLUTION": "true", "GRAPHRAG_LLM_REPORTS": "true", "GRAPHRAG_ES_VERIFY_CERTS": "true"}
-# free text: any value is usable (documented here so that every variable of the README is covered)
-FREE_TEXT = ("GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL", "GRAPHRAG_LANGUAGE", "GRAPHRAG_ES_API_KEY",
-             "GRAPHRAG_ES_USERNAME", "GRAPHRAG_ES_PASSWORD", "OPENAI_API_KEY")
+# smallest allowed value and default (as messages show it) of each whole-number setting, from the one table
+_INTS: dict[str, tuple[int, str]] = {s.name: (s.minimum, s.describe_default()) for s in SETTINGS.values() if s.kind == "int"}
+_BOOLS = {s.name: s.describe_default() for s in SETTINGS.values() if s.kind == "bool"}
+# free text: any value is usable
+FREE_TEXT = tuple(s.name for s in SETTINGS.values() if s.kind in ("name", "text", "secret"))
 
 
 def _value(env: Mapping[str, str], name: str) -> str | None:
@@ -113,7 +103,7 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
     method = _value(env, "GRAPHRAG_METHOD")
     if method is not None and method.strip().lower() not in METHODS:
         add(f"GRAPHRAG_METHOD={_show(method)}: must be one of {', '.join(METHODS)} "
-            "(default light when OPENAI_API_KEY is set, else fast)")
+            f"(default {SETTINGS['GRAPHRAG_METHOD'].describe_default()})")
 
     values: dict[str, int | None] = {}
     for name, (lo, default) in _INTS.items():
@@ -121,10 +111,10 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
             continue
         line, values[name] = _check_int(env, name, lo, default)
         add(line)
-    tokens = values.get("GRAPHRAG_CHUNK_TOKENS") or 2000
+    tokens = values.get("GRAPHRAG_CHUNK_TOKENS") or default_of("GRAPHRAG_CHUNK_TOKENS")
     # overlap must stay below half a chunk (the chunker would silently cut a larger one down)
     most = max(0, (tokens - 1) // 2)
-    line, _ = _check_int(env, "GRAPHRAG_CHUNK_OVERLAP", 0, "100", hi=most,
+    line, _ = _check_int(env, "GRAPHRAG_CHUNK_OVERLAP", *_INTS["GRAPHRAG_CHUNK_OVERLAP"], hi=most,
                          allowed=f"a whole number >= 0 and less than half of GRAPHRAG_CHUNK_TOKENS ({tokens}), "
                                  f"so at most {most}")
     add(line)
@@ -135,34 +125,34 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
             add(f"{name}={_show(raw)}: must be true or false (also 1/0, yes/no, on/off; default {default})")
 
     types = _value(env, "GRAPHRAG_ENTITY_TYPES")
-    if types is not None and not [t for t in types.split(",") if t.strip()]:
+    if types is not None and not parse_list(types):
         add(f"GRAPHRAG_ENTITY_TYPES={_show(types)}: must name at least one entity type, comma-separated "
-            "(default organization,person,geo,event,category)")
+            f"(default {SETTINGS['GRAPHRAG_ENTITY_TYPES'].describe_default()})")
 
-    for name in ("GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL", "GRAPHRAG_LANGUAGE"):
+    for name in (s.name for s in SETTINGS.values() if s.kind == "name"):
         raw = _value(env, name)
         if raw is not None and raw != raw.strip():
             add(f"{name}={_show(raw)}: has leading or trailing spaces")
 
     es_url = _value(env, "GRAPHRAG_ES_URL")
     if es_url is not None:
-        add(_check_url("GRAPHRAG_ES_URL", es_url, "http://127.0.0.1:9200"))
+        add(_check_url("GRAPHRAG_ES_URL", es_url, SETTINGS["GRAPHRAG_ES_URL"].example))
     base_url = _value(env, "OPENAI_BASE_URL")
     if base_url is not None:
-        add(_check_url("OPENAI_BASE_URL", base_url, "http://127.0.0.1:8000/v1"))
+        add(_check_url("OPENAI_BASE_URL", base_url, SETTINGS["OPENAI_BASE_URL"].example))
     alias = _value(env, "GRAPHRAG_ES_INDEX")
     if alias is not None:
         why = _es_index_problem(alias.strip())
         if why:
             add(f"GRAPHRAG_ES_INDEX={_show(alias)}: {why} (an Elasticsearch index/alias name; "
-                "default graphrag-<hash of GRAPHRAG_HOME>)")
+                f"default {SETTINGS['GRAPHRAG_ES_INDEX'].describe_default()})")
     if _value(env, "GRAPHRAG_ES_PASSWORD") is not None and _value(env, "GRAPHRAG_ES_USERNAME") is None:
         user_in_url = bool(es_url) and not _check_url("GRAPHRAG_ES_URL", es_url, "") and bool(urlsplit(es_url.strip()).username)
         if not user_in_url:
             add("GRAPHRAG_ES_PASSWORD is set but GRAPHRAG_ES_USERNAME is not (nor a user in GRAPHRAG_ES_URL)")
 
     if check_paths:
-        for name in ("GRAPHRAG_HOME", "GRAPHRAG_CORPUS"):
+        for name in (s.name for s in SETTINGS.values() if s.kind == "path"):
             raw = _value(env, name)
             if raw is not None:
                 path = os.path.expanduser(raw.strip())
@@ -170,7 +160,8 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
                     add(f"{name}={_show(raw)}: exists but is not a folder")
         ca = _value(env, "GRAPHRAG_ES_CA_CERTS")
         if ca is not None and not os.path.isfile(os.path.expanduser(ca.strip())):
-            add(f"GRAPHRAG_ES_CA_CERTS={_show(ca)}: no such file (a CA bundle in PEM format; default: the system store)")
+            add(f"GRAPHRAG_ES_CA_CERTS={_show(ca)}: no such file (a CA bundle in PEM format; "
+                f"default: {SETTINGS['GRAPHRAG_ES_CA_CERTS'].describe_default()})")
     return problems
 
 

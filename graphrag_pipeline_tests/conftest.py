@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -58,11 +57,7 @@ def instance(home, monkeypatch):
     def get():
         from graphrag_pipeline.cli import prepare_dagster_home
         from graphrag_pipeline.storage.layout import Paths
-        from graphrag_pipeline.defs.resources import ENV_DEFAULTS
 
-        for name, default in ENV_DEFAULTS.items():  # what every build does first, undone after the test
-            if not os.environ.get(name):
-                monkeypatch.setenv(name, default())
         prepare_dagster_home(Paths(home))
         return dg.DagsterInstance.get()
 

@@ -298,9 +298,7 @@ def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
 # -- through Dagster --------------------------------------------------------------------------------
 def _run_index_job(instance, run_config: dict | None = None):
     from graphrag_pipeline.definitions import defs
-    from graphrag_pipeline.defs.resources import apply_env_defaults
 
-    apply_env_defaults()
     return defs.resolve_job_def("index_job").execute_in_process(instance=instance, raise_on_error=False, run_config=run_config or {})
 
 

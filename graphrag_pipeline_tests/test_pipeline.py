@@ -195,9 +195,6 @@ def test_a_file_deleted_before_its_run_is_skipped_not_fatal(home, corpus, instan
     inst.add_dynamic_partitions("documents", ["darwin_and_wallace.txt", "ghost.txt"])
     from graphrag_pipeline.definitions import defs
     from graphrag_pipeline.ingest.corpus_sync import range_tags
-    from graphrag_pipeline.defs.resources import apply_env_defaults
-
-    apply_env_defaults()  # what loading the definitions does in a fresh process
 
     result = defs.resolve_job_def("documents_job").execute_in_process(
         instance=inst, tags=range_tags(["darwin_and_wallace.txt", "ghost.txt"]), raise_on_error=False)

@@ -262,9 +262,7 @@ def test_documents_job_refuses_invalid_keys_and_writes_nothing(home, corpus, ins
     inst.add_dynamic_partitions("documents", keys)
     from graphrag_pipeline.definitions import defs
     from graphrag_pipeline.ingest.corpus_sync import range_tags
-    from graphrag_pipeline.defs.resources import apply_env_defaults
 
-    apply_env_defaults()
     abs_existed = Path("/abs").exists()
     outside = _tree(tmp_path, skip=home)
     inside = _tree(home / "tables") if (home / "tables").exists() else set()

@@ -1,55 +1,59 @@
-"""Dagster resources, configured from environment variables."""
+"""Dagster resources, configured from environment variables when a run starts.
+
+Every field left unset takes its value from `graphrag_pipeline.settings` when the resource is set
+up for a run, a sensor or a schedule: the variable named in the field's description, else its
+default. Loading the definitions reads and writes no environment variable; a value given in run
+config (the launchpad) wins over the environment.
+"""
 
 
-import os
 from pathlib import Path
+from typing import Optional
 
 import dagster as dg
+from pydantic import Field
 
+from graphrag_pipeline import settings as env_settings
 from graphrag_pipeline.storage.layout import Paths
-from graphrag_pipeline.settings import default_corpus, default_home, default_method
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.storage.store import Store
 
 
-ENV_DEFAULTS = {
-    "GRAPHRAG_HOME": lambda: str(default_home()),
-    "GRAPHRAG_CORPUS": lambda: str(default_corpus()),
-    "GRAPHRAG_METHOD": default_method,
-    "GRAPHRAG_CHUNK_TOKENS": lambda: "2000",
-    "GRAPHRAG_CHUNK_OVERLAP": lambda: "100",
-    "GRAPHRAG_MAX_DOCUMENT_BYTES": lambda: str(20 * 1024 * 1024),
-    "GRAPHRAG_MAX_CLUSTER_SIZE": lambda: "12",
-    "GRAPHRAG_LLM_MODEL": lambda: "gpt-4o-mini",
-    "GRAPHRAG_EMBEDDING_MODEL": lambda: "hashing",
-    "GRAPHRAG_MAX_CONCURRENT_CHATS": lambda: "10",
-    "GRAPHRAG_LLM_TIMEOUT": lambda: "120",
-    "GRAPHRAG_LLM_MAX_RETRIES": lambda: "5",
-    "GRAPHRAG_LANGUAGE": lambda: "English",
-    "GRAPHRAG_ENTITY_TYPES": lambda: "organization,person,geo,event,category",
-    "GRAPHRAG_MAX_GLEANINGS": lambda: "-1",
-    "GRAPHRAG_LLM_RESOLUTION": lambda: "true",
-    "GRAPHRAG_LLM_REPORTS": lambda: "true",
-}
+def _from(name: str):
+    """A field that, when unset, takes the value of the environment variable `name` at run time."""
+    return Field(default=None, description=f"unset: ${name}, else its default", json_schema_extra={"env": name})
 
 
-def apply_env_defaults() -> None:
-    """Give every optional setting its default in the environment, so EnvVar can always resolve it."""
-    for name, default in ENV_DEFAULTS.items():
-        if not os.environ.get(name):
-            os.environ[name] = default()
+class _FromSettings(dg.ConfigurableResource):
+    """Fills every unset field made with `_from` from the settings module when set up for execution."""
+
+    def create_resource(self, context):  # noqa: ARG002 - Dagster's signature
+        return self.resolved()
+
+    def resolved(self):
+        """A copy with every unset field read from its environment variable (or its default)."""
+        values = {}
+        for field, info in type(self).model_fields.items():
+            value = getattr(self, field)
+            extra = info.json_schema_extra
+            name = extra.get("env") if isinstance(extra, dict) else None
+            if value is None and name:
+                value = env_settings.setting(name)
+                value = str(value) if isinstance(value, Path) else value
+            values[field] = value
+        return type(self)(**values)
 
 
-class PipelineSettings(dg.ConfigurableResource):
+class PipelineSettings(_FromSettings):
     """Where the corpus and all state live, and how documents are processed."""
 
-    home: str
-    corpus_dir: str  # the corpus asked for (GRAPHRAG_CORPUS); a built home's own record wins, see `corpus`
-    requested_method: str = "fast"  # GRAPHRAG_METHOD; a built home's own record wins, see `method`
-    chunk_tokens: int = 2000
-    chunk_overlap: int = 100
-    max_document_bytes: int = 20 * 1024 * 1024
-    max_cluster_size: int = 12
+    home: Optional[str] = _from("GRAPHRAG_HOME")
+    corpus_dir: Optional[str] = _from("GRAPHRAG_CORPUS")  # the corpus asked for; a built home's own record wins, see `corpus`
+    requested_method: Optional[str] = _from("GRAPHRAG_METHOD")  # a built home's own record wins, see `method`
+    chunk_tokens: Optional[int] = _from("GRAPHRAG_CHUNK_TOKENS")
+    chunk_overlap: Optional[int] = _from("GRAPHRAG_CHUNK_OVERLAP")
+    max_document_bytes: Optional[int] = _from("GRAPHRAG_MAX_DOCUMENT_BYTES")
+    max_cluster_size: Optional[int] = _from("GRAPHRAG_MAX_CLUSTER_SIZE")
     use_lcc: bool = True
 
     @property
@@ -80,7 +84,7 @@ class PipelineSettings(dg.ConfigurableResource):
         return KVCache(self.paths.cache_db, "extraction")
 
 
-class LLMSettings(dg.ConfigurableResource):
+class LLMSettings(_FromSettings):
     """The OpenAI-compatible endpoint and what the LLM is used for.
 
     The API key and base URL are the openai client's own variables (OPENAI_API_KEY,
@@ -88,77 +92,52 @@ class LLMSettings(dg.ConfigurableResource):
     logs or metadata.
     """
 
-    model: str = "gpt-4o-mini"
-    embedding_model: str = "hashing"
-    max_concurrent_chats: int = 10
-    timeout_s: int = 120
-    max_retries: int = 5
-    language: str = "English"
-    entity_types: str = "organization,person,geo,event,category"
-    max_gleanings: int = -1  # -1: the method's default (light 0, general 1)
-    resolution: str = "true"  # judge resolution candidates with the LLM
-    reports: str = "true"  # write community reports with the LLM
+    model: Optional[str] = _from("GRAPHRAG_LLM_MODEL")
+    embedding_model: Optional[str] = _from("GRAPHRAG_EMBEDDING_MODEL")
+    max_concurrent_chats: Optional[int] = _from("GRAPHRAG_MAX_CONCURRENT_CHATS")
+    timeout_s: Optional[int] = _from("GRAPHRAG_LLM_TIMEOUT")
+    max_retries: Optional[int] = _from("GRAPHRAG_LLM_MAX_RETRIES")
+    language: Optional[str] = _from("GRAPHRAG_LANGUAGE")
+    entity_types: Optional[list[str]] = _from("GRAPHRAG_ENTITY_TYPES")  # the variable: comma-separated
+    max_gleanings: Optional[int] = _from("GRAPHRAG_MAX_GLEANINGS")  # -1: the method's default (light 0, general 1)
+    resolution: Optional[bool] = _from("GRAPHRAG_LLM_RESOLUTION")  # judge resolution candidates with the LLM
+    reports: Optional[bool] = _from("GRAPHRAG_LLM_REPORTS")  # write community reports with the LLM
 
     @property
     def use_for_resolution(self) -> bool:
-        return _truthy(self.resolution)
+        return bool(self.resolution)
 
     @property
     def use_for_reports(self) -> bool:
-        return _truthy(self.reports)
+        return bool(self.reports)
 
     def client(self, cache_path: Path):
         """An LLMClient, or None when no endpoint is configured."""
         from graphrag_pipeline.llm.client import LLMClient
 
-        api_key = os.environ.get("OPENAI_API_KEY") or None
-        base_url = os.environ.get("OPENAI_BASE_URL") or None
+        api_key = env_settings.raw("OPENAI_API_KEY")
+        base_url = env_settings.setting("OPENAI_BASE_URL")
         if not api_key and not base_url:
             return None
         return LLMClient(
             model=self.model, api_key=api_key or "EMPTY", base_url=base_url,
             cache=KVCache(cache_path, "llm"), max_concurrent=self.max_concurrent_chats,
             timeout_s=float(self.timeout_s), max_retries=self.max_retries,
-            embedding_model=None if self.embedding_model == "hashing" else self.embedding_model,
+            embedding_model=env_settings.endpoint_embedding_model(self.embedding_model),
         )
 
     def extraction_settings(self, method: str):
         from graphrag_pipeline.extract.llm import ExtractionSettings
 
-        types = [t.strip() for t in self.entity_types.split(",") if t.strip()]
-        return ExtractionSettings(method=method, language=self.language, entity_types=types,
+        return ExtractionSettings(method=method, language=self.language, entity_types=list(self.entity_types),
                                   max_gleanings=None if self.max_gleanings < 0 else self.max_gleanings)
 
 
-def _truthy(value: str) -> bool:
-    return str(value).strip().lower() not in ("0", "false", "no", "off", "")
-
-
 def llm_settings_from_env() -> LLMSettings:
-    apply_env_defaults()
-    return LLMSettings(
-        model=dg.EnvVar("GRAPHRAG_LLM_MODEL"),
-        embedding_model=dg.EnvVar("GRAPHRAG_EMBEDDING_MODEL"),
-        max_concurrent_chats=dg.EnvVar.int("GRAPHRAG_MAX_CONCURRENT_CHATS"),
-        timeout_s=dg.EnvVar.int("GRAPHRAG_LLM_TIMEOUT"),
-        max_retries=dg.EnvVar.int("GRAPHRAG_LLM_MAX_RETRIES"),
-        language=dg.EnvVar("GRAPHRAG_LANGUAGE"),
-        entity_types=dg.EnvVar("GRAPHRAG_ENTITY_TYPES"),
-        max_gleanings=dg.EnvVar.int("GRAPHRAG_MAX_GLEANINGS"),
-        resolution=dg.EnvVar("GRAPHRAG_LLM_RESOLUTION"),
-        reports=dg.EnvVar("GRAPHRAG_LLM_REPORTS"),
-    )
+    """The LLM settings, each read from its environment variable when a run starts (not when code loads)."""
+    return LLMSettings()
 
 
 def settings_from_env() -> PipelineSettings:
     """Settings resolved from environment variables when a run starts (not when code loads)."""
-    apply_env_defaults()
-    return PipelineSettings(
-        home=dg.EnvVar("GRAPHRAG_HOME"),
-        corpus_dir=dg.EnvVar("GRAPHRAG_CORPUS"),
-        requested_method=dg.EnvVar("GRAPHRAG_METHOD"),
-        chunk_tokens=dg.EnvVar.int("GRAPHRAG_CHUNK_TOKENS"),
-        chunk_overlap=dg.EnvVar.int("GRAPHRAG_CHUNK_OVERLAP"),
-        max_document_bytes=dg.EnvVar.int("GRAPHRAG_MAX_DOCUMENT_BYTES"),
-        max_cluster_size=dg.EnvVar.int("GRAPHRAG_MAX_CLUSTER_SIZE"),
-    )
+    return PipelineSettings()

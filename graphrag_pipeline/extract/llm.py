@@ -24,7 +24,7 @@ from graphrag_pipeline.ingest.tokens import encoding
 @dataclass
 class ExtractionSettings:
     method: str  # light | general
-    language: str = "English"
+    language: str = prompts.DEFAULT_LANGUAGE
     entity_types: list[str] = field(default_factory=lambda: list(prompts.DEFAULT_ENTITY_TYPES))
     max_gleanings: int | None = None  # None: light 0, general 1
     max_parse_retries: int = 2

@@ -41,8 +41,9 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity
+from graphrag_pipeline.settings import default as setting_default
 
-DEFAULT_MAX_CLUSTER_SIZE = 12
+DEFAULT_MAX_CLUSTER_SIZE = setting_default("GRAPHRAG_MAX_CLUSTER_SIZE")
 DEFAULT_SEED = 0xDEADBEEF
 DEFAULT_QUALITY_FLOOR = 0.98  # kept modularity below this share of a fresh run's -> re-cluster
 DEFAULT_REFRESH_SHARE = 0.2  # share of a community's context that must change before its report is rewritten

@@ -37,7 +37,7 @@ def _prompt(kind: str, name: str, fragments: list[str], language: str) -> str:
                                                  description_list=listing, language=language, max_words=150)
 
 
-def summarise_long_descriptions(nodes: pl.DataFrame, edges: pl.DataFrame, client, *, language: str = "English",
+def summarise_long_descriptions(nodes: pl.DataFrame, edges: pl.DataFrame, client, *, language: str = prompts.DEFAULT_LANGUAGE,
                                 max_fragments: int = MAX_FRAGMENTS, max_tokens: int = MAX_TOKENS) -> tuple[pl.DataFrame, pl.DataFrame, SummaryStats]:
     """Replace `description` of long nodes/edges by an LLM summary (fragments are kept)."""
     stats = SummaryStats()

@@ -49,21 +49,22 @@ class EsConfig:
 
     @classmethod
     def from_env(cls, home: str | os.PathLike | None = None) -> "EsConfig | None":
-        url = os.environ.get("GRAPHRAG_ES_URL", "").strip()
+        """The configuration the GRAPHRAG_ES_* settings give, for the home `home` (default:
+        GRAPHRAG_HOME's); None when GRAPHRAG_ES_URL is unset."""
+        from graphrag_pipeline.settings import es_index_for, raw, setting
+
+        url = setting("GRAPHRAG_ES_URL")
         if not url:
             return None
         parts = urlsplit(url)
-        username = os.environ.get("GRAPHRAG_ES_USERNAME") or (parts.username or None)
-        password = os.environ.get("GRAPHRAG_ES_PASSWORD") or (parts.password or None)
-        default_alias = "graphrag-" + hashlib.sha1(str(home or os.environ.get("GRAPHRAG_HOME", "")).encode()).hexdigest()[:10]
         return cls(
             url=redact_url(url),
-            alias=os.environ.get("GRAPHRAG_ES_INDEX", "").strip() or default_alias,
-            api_key=os.environ.get("GRAPHRAG_ES_API_KEY") or None,
-            username=username,
-            password=password,
-            ca_certs=os.environ.get("GRAPHRAG_ES_CA_CERTS") or None,
-            verify_certs=os.environ.get("GRAPHRAG_ES_VERIFY_CERTS", "true").strip().lower() not in ("0", "false", "no"),
+            alias=setting("GRAPHRAG_ES_INDEX") if raw("GRAPHRAG_ES_INDEX") else es_index_for(home or setting("GRAPHRAG_HOME")),
+            api_key=raw("GRAPHRAG_ES_API_KEY"),
+            username=raw("GRAPHRAG_ES_USERNAME") or (parts.username or None),
+            password=raw("GRAPHRAG_ES_PASSWORD") or (parts.password or None),
+            ca_certs=raw("GRAPHRAG_ES_CA_CERTS"),
+            verify_certs=setting("GRAPHRAG_ES_VERIFY_CERTS"),
         )
 
     def secrets(self) -> list[str]:

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from graphrag_pipeline.ingest.tokens import encoding
+from graphrag_pipeline.settings import default as setting_default
 
 _PARAGRAPHS = re.compile(r"\n\s*\n")
 # separators inside a long paragraph; each match becomes the text joining two units, so a chunk
@@ -286,7 +287,8 @@ def _tail(ids: list[int], overlap: int) -> str:
     return ""
 
 
-def chunk_text(text: str, max_tokens: int = 2000, overlap: int = 100, min_tokens: int | None = None) -> list[Chunk]:
+def chunk_text(text: str, max_tokens: int = setting_default("GRAPHRAG_CHUNK_TOKENS"),
+               overlap: int = setting_default("GRAPHRAG_CHUNK_OVERLAP"), min_tokens: int | None = None) -> list[Chunk]:
     """Chunks of at most max_tokens (+ overlap from the previous chunk's tail).
 
     min_tokens (default 0.3 x max_tokens) is the reach of the window a unit must win to end a

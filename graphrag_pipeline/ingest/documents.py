@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from graphrag_pipeline.settings import default as setting_default
 from graphrag_pipeline.storage.files import file_sha256
 from typing import Iterable
 
 SUPPORTED_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_BYTES = setting_default("GRAPHRAG_MAX_DOCUMENT_BYTES")
 _SAFE = re.compile(r"[^\w.\-]", re.UNICODE)
 
 

@@ -24,7 +24,6 @@ import email.utils
 import hashlib
 import json
 import logging
-import os
 import random
 import threading
 import time
@@ -37,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.ingest.tokens import count_tokens
 from graphrag_pipeline.llm.usage import LLMUsage
+from graphrag_pipeline.settings import default as setting_default, endpoint_embedding_model, raw as setting_raw, setting
 
 if TYPE_CHECKING:
     import numpy
@@ -46,7 +46,7 @@ log = logging.getLogger("graphrag_pipeline.llm")
 EMBEDDING_BATCH = 64
 _RETRY_STATUSES = {408, 409, 429}  # plus every status >= 500
 _POLL_S = 0.05  # how often a call waiting for a concurrency slot checks for cancellation
-DEFAULT_BREAKER = 3  # consecutive failed calls that open the circuit (GRAPHRAG_LLM_BREAKER; 0 = never)
+DEFAULT_BREAKER = setting_default("GRAPHRAG_LLM_BREAKER")  # consecutive failed calls that open the circuit (0 = never)
 # a request the endpoint rejected for what it contains (bad request, too large, unprocessable): the
 # endpoint works, so this neither counts towards the breaker nor marks the endpoint as failing
 _REQUEST_SPECIFIC = {400, 413, 422}
@@ -221,8 +221,9 @@ def parse_json_reply(text: str) -> Any:
 
 class LLMClient:
     def __init__(self, *, model: str, api_key: str | None = None, base_url: str | None = None,
-                 cache: KVCache | None = None, max_concurrent: int = 10, timeout_s: float = 120.0,
-                 max_retries: int = 5, backoff_base_s: float = 1.0, backoff_max_s: float = 60.0,
+                 cache: KVCache | None = None, max_concurrent: int = setting_default("GRAPHRAG_MAX_CONCURRENT_CHATS"),
+                 timeout_s: float = float(setting_default("GRAPHRAG_LLM_TIMEOUT")),
+                 max_retries: int = setting_default("GRAPHRAG_LLM_MAX_RETRIES"), backoff_base_s: float = 1.0, backoff_max_s: float = 60.0,
                  embedding_model: str | None = None, breaker: int | None = None, max_call_s: float | None = None):
         """breaker: consecutive failed calls after which every call fails at once (None: the
         ``GRAPHRAG_LLM_BREAKER`` variable, else 3; 0: never). max_call_s: no retry is started that
@@ -235,18 +236,14 @@ class LLMClient:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         if breaker is None:
-            raw = os.environ.get("GRAPHRAG_LLM_BREAKER", "").strip()
-            try:
-                breaker = int(raw) if raw else DEFAULT_BREAKER
-            except ValueError:
-                raise ValueError(f"GRAPHRAG_LLM_BREAKER must be a whole number >= 0 (0 = never), got {raw!r}") from None
+            breaker = setting("GRAPHRAG_LLM_BREAKER")  # ValueError naming the variable when it is not a number
         if breaker < 0:
             raise ValueError("breaker must be >= 0 (0 = never)")
         if max_call_s is None:
             max_call_s = max(60.0, 2.0 * timeout_s)
         if max_call_s <= 0:
             raise ValueError("max_call_s must be > 0")
-        key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if (base_url or os.environ.get("OPENAI_BASE_URL")) else None)
+        key = api_key or setting_raw("OPENAI_API_KEY") or ("EMPTY" if (base_url or setting_raw("OPENAI_BASE_URL")) else None)
         if not key:
             raise ValueError("LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint")
         self.model = model
@@ -280,20 +277,21 @@ class LLMClient:
     # -- construction / description ----------------------------------------------------------------
     @classmethod
     def from_env(cls, cache: KVCache | None = None) -> "LLMClient | None":
-        api_key = os.environ.get("OPENAI_API_KEY") or None
-        base_url = os.environ.get("OPENAI_BASE_URL") or None
+        """A client configured from the settings (their variables, else their defaults); None without
+        an endpoint (neither OPENAI_API_KEY nor OPENAI_BASE_URL)."""
+        api_key = setting_raw("OPENAI_API_KEY")
+        base_url = setting("OPENAI_BASE_URL")
         if not api_key and not base_url:
             return None
-        embedding_model = os.environ.get("GRAPHRAG_EMBEDDING_MODEL") or "hashing"
         return cls(
-            model=os.environ.get("GRAPHRAG_LLM_MODEL") or "gpt-4o-mini",
+            model=setting("GRAPHRAG_LLM_MODEL"),
             api_key=api_key or "EMPTY",
             base_url=base_url,
             cache=cache,
-            max_concurrent=int(os.environ.get("GRAPHRAG_MAX_CONCURRENT_CHATS") or 10),
-            timeout_s=float(os.environ.get("GRAPHRAG_LLM_TIMEOUT") or 120),
-            max_retries=int(os.environ.get("GRAPHRAG_LLM_MAX_RETRIES") or 5),
-            embedding_model=None if embedding_model == "hashing" else embedding_model,
+            max_concurrent=setting("GRAPHRAG_MAX_CONCURRENT_CHATS"),
+            timeout_s=float(setting("GRAPHRAG_LLM_TIMEOUT")),
+            max_retries=setting("GRAPHRAG_LLM_MAX_RETRIES"),
+            embedding_model=endpoint_embedding_model(setting("GRAPHRAG_EMBEDDING_MODEL")),
         )
 
     @property

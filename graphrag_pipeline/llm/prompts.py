@@ -5,10 +5,13 @@ numbered answers) and `reports.py` (JSON) read those formats, and are tested aga
 variants of them.
 """
 
+from graphrag_pipeline.settings import default as setting_default
+
 TUPLE_DELIMITER = "<|>"
 RECORD_DELIMITER = "##"
 COMPLETION_DELIMITER = "<|COMPLETE|>"
-DEFAULT_ENTITY_TYPES = ["organization", "person", "geo", "event", "category"]
+DEFAULT_ENTITY_TYPES = setting_default("GRAPHRAG_ENTITY_TYPES")
+DEFAULT_LANGUAGE = setting_default("GRAPHRAG_LANGUAGE")
 
 # -- extraction: light (LightRAG-style: keywords, 1-10 strength, content keywords) -------------
 LIGHT_EXTRACTION = """You build a knowledge graph from text.

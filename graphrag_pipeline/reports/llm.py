@@ -373,7 +373,7 @@ def report_generator(client) -> str:
     return f"llm:{getattr(client, 'model', None) or 'unknown model'}" if client is not None else "extractive"
 
 
-def llm_report(client, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, language: str = "English",
+def llm_report(client, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, language: str = prompts.DEFAULT_LANGUAGE,
                max_tokens: int = 12000, sub_reports: dict[str, CommunityReport] | None = None,
                children: list[str] | None = None, max_attempts: int = 2) -> ReportOutcome:
     """The community's report written by ``client``; the extractive report (fallback=True) when no

@@ -8,14 +8,13 @@ recorded as skipped, with the reason in the logs and in the metadata.
 
 import time
 
-import polars as pl
 import dagster as dg
 
-from graphrag_pipeline.ingest.chunking import chunk_text
-from graphrag_pipeline.ingest.documents import file_hash, read_document, scan_corpus
+from graphrag_pipeline.ingest.document_chunks import chunk_document
+from graphrag_pipeline.ingest.documents import scan_corpus
 from graphrag_pipeline.extract.batch import extract_documents
 from graphrag_pipeline.storage.files import DamagedFileError
-from graphrag_pipeline.storage.store import CHUNK_ROWS, partition_key_problem
+from graphrag_pipeline.storage.store import partition_key_problem
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import documents_partitions
@@ -56,42 +55,19 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     rows, skipped, truncated = [], [], []
     total_chunks = total_tokens = 0
     for i, key in enumerate(keys, 1):
-        f = files.get(key)
-        if f is None:
-            skipped.append({"document": key, "reason": "file no longer in the corpus"})
-            context.log.warning(f"{key}: file no longer in the corpus; skipped (its partition will be removed)")
-            store.write_chunks(key, pl.DataFrame(schema=CHUNK_ROWS), {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0})
-            continue
-        try:
-            content_hash = file_hash(f.path)
-        except OSError as exc:  # gone or unreadable since the scan: its neighbours go on
-            skipped.append({"document": f.relpath, "reason": f"cannot read it: {exc.strerror or exc}"})
-            context.log.warning(f"{f.relpath}: cannot read it ({exc.strerror or exc}); skipped")
-            continue
-        doc = read_document(f.path, settings.max_document_bytes)
-        if doc.message:
-            (context.log.warning if not doc.usable else context.log.info)(f"{f.relpath}: {doc.message}")
-        pieces = chunk_text(doc.text, settings.chunk_tokens, settings.chunk_overlap) if doc.usable else []
-        df = pl.DataFrame(
-            {
-                "chunk_id": [c.id for c in pieces], "doc_id": [key] * len(pieces), "doc": [f.relpath] * len(pieces),
-                "position": [c.position for c in pieces], "text": [c.text for c in pieces], "tokens": [c.tokens for c in pieces],
-            },
-            schema=CHUNK_ROWS,
-        )
-        tokens = int(df["tokens"].sum()) if df.height else 0
-        store.write_chunks(key, df, {
-            "relpath": f.relpath, "content_hash": content_hash, "status": doc.status, "message": doc.message,
-            "encoding": doc.encoding, "chunks": df.height, "tokens": tokens,
-        })
-        total_chunks += df.height
-        total_tokens += tokens
-        rows.append({"document": f.relpath, "status": doc.status, "chunks": df.height, "tokens": tokens})
-        if not doc.usable:
-            skipped.append({"document": f.relpath, "reason": doc.message})
-        elif doc.status == "truncated":
-            truncated.append({"document": f.relpath, "reason": doc.message})
-            context.log.warning(f"{f.relpath}: {doc.message}")
+        doc = chunk_document(key, files.get(key), settings.max_document_bytes, settings.chunk_tokens, settings.chunk_overlap)
+        for level, message in doc.log:
+            getattr(context.log, level)(message)
+        if doc.chunks is not None:
+            store.write_chunks(key, doc.chunks, doc.info)
+        if doc.row is not None:
+            total_chunks += doc.row["chunks"]
+            total_tokens += doc.row["tokens"]
+            rows.append(doc.row)
+        if doc.skipped:
+            skipped.append({"document": doc.document, "reason": doc.skipped})
+        elif doc.truncated:
+            truncated.append({"document": doc.document, "reason": doc.truncated})
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
     return dg.MaterializeResult(metadata={

@@ -197,28 +197,6 @@ def _message_text(messages: list[dict]) -> str:
     return "\n".join(parts)
 
 
-def parse_json_reply(text: str) -> Any:
-    """Parse JSON an LLM wrote: strict first, then repaired with ``json_repair`` (code fences,
-    trailing commas, single quotes, truncation). Returns None when nothing usable is found."""
-    s = (text or "").strip()
-    if s.startswith("```"):
-        s = s.split("\n", 1)[1] if "\n" in s else ""
-        if s.rstrip().endswith("```"):
-            s = s.rstrip()[:-3]
-        s = s.strip()
-    try:
-        return json.loads(s)
-    except ValueError:
-        pass
-    import json_repair
-
-    try:
-        value = json_repair.loads(s)
-    except Exception:  # json_repair is lenient by design; treat any failure as "no JSON"
-        return None
-    return None if value == "" else value
-
-
 class LLMClient:
     def __init__(self, *, model: str, api_key: str | None = None, base_url: str | None = None,
                  cache: KVCache | None = None, max_concurrent: int = 10, timeout_s: float = 120.0,

@@ -32,11 +32,11 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.ingest.tokens import count_tokens
 from graphrag_pipeline.llm.usage import LLMUsage
+from graphrag_pipeline.urls import redact_url
 
 if TYPE_CHECKING:
     import numpy
@@ -134,19 +134,6 @@ class _Fatal(Exception):
         super().__init__(cause)
         self.cause = cause
         self.status = status
-
-
-def redact_url(url: str) -> str:
-    """``url`` without userinfo, query string or fragment (where credentials tend to hide)."""
-    try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        if ":" in host:  # IPv6 literal
-            host = f"[{host}]"
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
-    except ValueError:
-        return "<invalid url>"
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:

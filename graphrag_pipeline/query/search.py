@@ -97,11 +97,11 @@ def analyze_question_llm(client, question: str, type_pool: dict[str, list[str]])
     import json
 
     from graphrag_pipeline.llm import prompts
-    from graphrag_pipeline.llm.json_answers import load_json
+    from graphrag_pipeline.llm.json_answers import parse_json_reply
 
     pool_text = json.dumps({t: e[:5] for t, e in type_pool.items()}, ensure_ascii=False, indent=1)
     answer = client.chat([{"role": "user", "content": prompts.QUERY_REWRITE.format(type_pool=pool_text, question=question)}]).text
-    data = load_json(answer)
+    data = parse_json_reply(answer)
     if not isinstance(data, dict):  # unparsable or not an object: offline analysis instead
         return None
     by_fold = {t.casefold(): t for t in type_pool}
@@ -226,7 +226,7 @@ def local_answer(client, result: QueryResult, question: str) -> str:
 def global_answer(client, index, result: QueryResult, question: str, params: SearchParams) -> str:
     """Map: each report yields scored points; points scoring 0 are dropped. Reduce: one answer."""
     from graphrag_pipeline.llm import prompts
-    from graphrag_pipeline.llm.json_answers import load_json
+    from graphrag_pipeline.llm.json_answers import parse_json_reply
 
     reports = [r for r in index.reports_by_vector(index.embedder(client).embed_one(question), params.global_map_topn)]
     calls = [{"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]} for r in reports]
@@ -234,7 +234,7 @@ def global_answer(client, index, result: QueryResult, question: str, params: Sea
     for report, res in zip(reports, client.chat_many(calls)):
         if isinstance(res, Exception):
             continue
-        data = load_json(res.text)  # an unparsable map answer (None) contributes nothing
+        data = parse_json_reply(res.text)  # an unparsable map answer (None) contributes nothing
         items = data.get("points", []) if isinstance(data, dict) else data if isinstance(data, list) else []
         for item in items:
             if not isinstance(item, dict):

@@ -251,7 +251,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     from graphrag_pipeline.definitions import defs
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags
     from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
-    from graphrag_pipeline.defs.partitions import community_partitions, documents_partitions
+    from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, documents_partitions
 
     from graphrag_pipeline.llm.client import forget_endpoint_health
 
@@ -294,10 +294,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         return 2
     model = setting("GRAPHRAG_LLM_MODEL") if method != "fast" else None
     write_home_record(paths.home, str(corpus), method, model)
-    if plan.to_add:
-        instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
-    for key in plan.to_delete:
-        instance.delete_dynamic_partition(documents_partitions.name, key)
+    change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
     write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache)
     _say(f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
          f"{len(plan.stale)} to process")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from graphrag_pipeline.llm.cache import KVCache
-from graphrag_pipeline.llm.client import ChatResult, LLMCancelled, LLMClient, LLMError, chat_cache_key, parse_json_reply, parse_retry_after, redact_url
+from graphrag_pipeline.llm.client import ChatResult, LLMCancelled, LLMClient, LLMError, chat_cache_key, parse_retry_after, redact_url
+from graphrag_pipeline.llm.json_answers import parse_json_reply
 from graphrag_pipeline.ingest.tokens import count_tokens
 from graphrag_pipeline_tests.llm_server import TEST_API_KEY, Reply, ScriptedLLMServer, client_for, embedding_vector
 

@@ -12,11 +12,33 @@ from rapidfuzz.distance import Levenshtein
 from graphrag_pipeline.graph import resolution
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_edges, empty_nodes
 from graphrag_pipeline.extract.records import entity_key
-from graphrag_pipeline.graph.resolution import ResolutionResult, _candidate_pairs_bruteforce, candidate_pairs, is_english, is_similar, merge_entities, normalize_for_offline_match, offline_same, resolve, resolve_offline
+from graphrag_pipeline.graph.resolution import ResolutionResult, candidate_pairs, is_english, is_similar, merge_entities, normalize_for_offline_match, offline_same, resolve
 
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+
+
+
+def _candidate_pairs_bruteforce(nodes: pl.DataFrame, changed_keys: set[str]) -> list[tuple[str, str]]:
+    """Reference for ``candidate_pairs``: ``is_similar`` on every pair (quadratic)."""
+    rows = [
+        (key, name if name is not None else key, etype)
+        for key, name, etype in nodes.select("key", "name", "type").iter_rows()
+    ]
+    pairs: set[tuple[str, str]] = set()
+    for i, (key_a, name_a, type_a) in enumerate(rows):
+        for key_b, name_b, type_b in rows[i + 1 :]:
+            if type_a != type_b or (key_a not in changed_keys and key_b not in changed_keys):
+                continue
+            if is_similar(name_a, name_b):
+                pairs.add(tuple(sorted((key_a, key_b))))
+    return sorted(pairs)
+
+
+def resolve_offline(nodes: pl.DataFrame, edges: pl.DataFrame, changed_keys: set[str]) -> ResolutionResult:
+    """``resolve`` with the no-LLM judge ``offline_same``."""
+    return resolve(nodes, edges, changed_keys, judge=None)
 
 
 def make_nodes(rows: list[tuple]) -> pl.DataFrame:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import duckdb
 import polars as pl
 import pytest
 
-from graphrag_pipeline.index.duckdb_writer import write_duckdb_index
+from graphrag_pipeline.index.duckdb_writer import _read_previous_vectors, write_duckdb_index
 from graphrag_pipeline.index.embedding import HashingEmbedder
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.index.records import build_index_tables, nhop_paths
@@ -105,9 +109,28 @@ def test_global_and_naive(index):
         query(index, "x", "sideways")
 
 
-def test_republishing_embeds_only_new_texts(tmp_path):
-    from graphrag_pipeline.index.duckdb_writer import previous_vectors
+def previous_vectors(path: Path, embedding_model: str) -> dict:
+    """(text, embedding) per table of the published index, if it was built with the same embedder."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return {}
+    try:
+        rows = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchall()
+        row = rows[0] if rows else None
+        if not row or json.loads(row[0]) != embedding_model:
+            return {}
+        return _read_previous_vectors(con)
+    except duckdb.Error:
+        return {}
+    finally:
+        con.close()
 
+
+def test_republishing_embeds_only_new_texts(tmp_path):
     class Counting(HashingEmbedder):
         def __init__(self):
             super().__init__()

@@ -8,16 +8,14 @@ recorded as skipped, with the reason in the logs and in the metadata.
 
 import time
 
-import polars as pl
 import dagster as dg
 
-from graphrag_pipeline.ingest.chunking import chunk_text
-from graphrag_pipeline.ingest.documents import file_hash, read_document, scan_corpus
-from graphrag_pipeline.extract.batch import ChunkTask, ExtractionStats, extract_tasks
+from graphrag_pipeline.ingest.document_chunks import chunk_document
+from graphrag_pipeline.ingest.documents import scan_corpus
+from graphrag_pipeline.extract.batch import extract_documents
 from graphrag_pipeline.storage.files import DamagedFileError
-from graphrag_pipeline.storage.store import CHUNK_ROWS, partition_key_problem
-from graphrag_pipeline.extract.subgraph import build_doc_subgraph
-from graphrag_pipeline.llm.usage import UsageLedger
+from graphrag_pipeline.storage.store import partition_key_problem
+from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -57,42 +55,19 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     rows, skipped, truncated = [], [], []
     total_chunks = total_tokens = 0
     for i, key in enumerate(keys, 1):
-        f = files.get(key)
-        if f is None:
-            skipped.append({"document": key, "reason": "file no longer in the corpus"})
-            context.log.warning(f"{key}: file no longer in the corpus; skipped (its partition will be removed)")
-            store.write_chunks(key, pl.DataFrame(schema=CHUNK_ROWS), {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0})
-            continue
-        try:
-            content_hash = file_hash(f.path)
-        except OSError as exc:  # gone or unreadable since the scan: its neighbours go on
-            skipped.append({"document": f.relpath, "reason": f"cannot read it: {exc.strerror or exc}"})
-            context.log.warning(f"{f.relpath}: cannot read it ({exc.strerror or exc}); skipped")
-            continue
-        doc = read_document(f.path, settings.max_document_bytes)
-        if doc.message:
-            (context.log.warning if not doc.usable else context.log.info)(f"{f.relpath}: {doc.message}")
-        pieces = chunk_text(doc.text, settings.chunk_tokens, settings.chunk_overlap) if doc.usable else []
-        df = pl.DataFrame(
-            {
-                "chunk_id": [c.id for c in pieces], "doc_id": [key] * len(pieces), "doc": [f.relpath] * len(pieces),
-                "position": [c.position for c in pieces], "text": [c.text for c in pieces], "tokens": [c.tokens for c in pieces],
-            },
-            schema=CHUNK_ROWS,
-        )
-        tokens = int(df["tokens"].sum()) if df.height else 0
-        store.write_chunks(key, df, {
-            "relpath": f.relpath, "content_hash": content_hash, "status": doc.status, "message": doc.message,
-            "encoding": doc.encoding, "chunks": df.height, "tokens": tokens,
-        })
-        total_chunks += df.height
-        total_tokens += tokens
-        rows.append({"document": f.relpath, "status": doc.status, "chunks": df.height, "tokens": tokens})
-        if not doc.usable:
-            skipped.append({"document": f.relpath, "reason": doc.message})
-        elif doc.status == "truncated":
-            truncated.append({"document": f.relpath, "reason": doc.message})
-            context.log.warning(f"{f.relpath}: {doc.message}")
+        doc = chunk_document(key, files.get(key), settings.max_document_bytes, settings.chunk_tokens, settings.chunk_overlap)
+        for level, message in doc.log:
+            getattr(context.log, level)(message)
+        if doc.chunks is not None:
+            store.write_chunks(key, doc.chunks, doc.info)
+        if doc.row is not None:
+            total_chunks += doc.row["chunks"]
+            total_tokens += doc.row["tokens"]
+            rows.append(doc.row)
+        if doc.skipped:
+            skipped.append({"document": doc.document, "reason": doc.skipped})
+        elif doc.truncated:
+            truncated.append({"document": doc.document, "reason": doc.truncated})
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
     return dg.MaterializeResult(metadata={
@@ -125,17 +100,16 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     _refuse_invalid_keys(keys)
     store = settings.store()
     method = settings.method
-    client = llm.client(settings.paths.cache_db) if method != "fast" else None
+    step = StepLLM("doc_subgraph", settings, llm, used=method != "fast")
+    client = step.client
     try:
         infos = {key: store.chunk_info(key) or {} for key in keys}
         all_chunks = store.read_all_chunks(keys)  # one scan of the batch's files, not one read per document
     except DamagedFileError as exc:
         raise dg.Failure(description=f"{exc}: materialize `chunks` of this document again (a `graphrag-pipeline build` "
                                      "does it)", allow_retries=False) from exc
-    tasks = [ChunkTask(key, pos, cid, text) for key, pos, cid, text in
-             all_chunks.select("doc_id", "position", "chunk_id", "text").sort("doc_id", "position").rows()]
     if client is not None:
-        context.log.info(f"extracting {len(tasks)} chunks of {len(keys)} documents with {method} via {client.describe()}")
+        context.log.info(f"extracting {all_chunks.height} chunks of {len(keys)} documents with {method} via {client.describe()}")
 
     last_log = [time.monotonic()]
 
@@ -145,52 +119,35 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
             last_log[0] = time.monotonic()
             context.log.info(f"extraction: {done}/{total} chunks")
 
-    stats = ExtractionStats()
-    extracted = extract_tasks(tasks, method, settings.extraction_cache(), stats, client,
-                              llm.extraction_settings(method) if client else None, progress)
-    failed_chunks_by_doc: dict[str, list[dict]] = {}
+    result = extract_documents(keys, all_chunks, method, settings.extraction_cache(), client,
+                               llm.extraction_settings(method) if client else None, progress)
+    stats = result.stats
     for failure in stats.failed_chunks:
-        failed_chunks_by_doc.setdefault(failure["doc_id"], []).append(failure)
         context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
-
-    tasks_by_doc: dict[str, list[ChunkTask]] = {}
-    for t in tasks:
-        tasks_by_doc.setdefault(t.doc_id, []).append(t)
     rows = []
-    total_entities = total_relations = dropped = 0
-    for key in keys:
-        if key in stats.failed_documents:
-            continue  # nothing written: the previous output (if any) stays, and the next build retries it
-        doc_tasks = tasks_by_doc.get(key, [])
-        triples = [(t.position, t.chunk_id, extracted[t.chunk_id]) for t in doc_tasks if t.chunk_id in extracted]
-        sub = build_doc_subgraph(key, triples)
-        failed = failed_chunks_by_doc.get(key, [])
-        store.write_subgraph(key, sub.entities, sub.relations, {
-            "content_hash": infos[key].get("content_hash"), "method": method,
+    for doc in result.documents:
+        sub = doc.subgraph
+        store.write_subgraph(doc.key, sub.entities, sub.relations, {
+            "content_hash": infos[doc.key].get("content_hash"), "method": method,
             "entities": sub.entities.height, "relations": sub.relations.height,
-            "dropped_relations": sub.dropped_relations, "failed_chunks": failed,
+            "dropped_relations": sub.dropped_relations, "failed_chunks": doc.failed_chunks,
         })
-        total_entities += sub.entities.height
-        total_relations += sub.relations.height
-        dropped += sub.dropped_relations
-        rows.append({"document": infos[key].get("relpath") or key, "chunks": len(doc_tasks), "failed_chunks": len(failed),
+        rows.append({"document": infos[doc.key].get("relpath") or doc.key, "chunks": doc.chunks,
+                     "failed_chunks": len(doc.failed_chunks),
                      "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
                      "relations": sub.relations.height})
-    UsageLedger(settings.paths.cache_db).record("doc_subgraph", stats.llm)
+    step.record(stats.llm)
     metadata = {
         "documents": len(keys),
         "method": method,
-        "entity_mentions": total_entities,
-        "relation_mentions": total_relations,
-        "dropped_relations": dropped,
+        "entity_mentions": sum(d.subgraph.entities.height for d in result.documents),
+        "relation_mentions": sum(d.subgraph.relations.height for d in result.documents),
+        "dropped_relations": sum(d.subgraph.dropped_relations for d in result.documents),
         "chunks_extracted": stats.extracted,
         "cache_hits": stats.cache_hits,
         "failed_chunks": len(stats.failed_chunks),
         "failed_documents": len(stats.failed_documents),
-        "llm_calls": stats.llm.calls,
-        "llm_cache_hits": stats.llm.cache_hits,
-        "prompt_tokens": stats.llm.prompt_tokens,
-        "completion_tokens": stats.llm.completion_tokens,
+        **llm_metadata(stats.llm),
         "preview": md_table(rows, ["document", "chunks", "failed_chunks", "entities", "relations"]),
     }
     if stats.failed_documents:

@@ -6,7 +6,6 @@ describes it in metadata. Declarative automation carries changes downstream.
 
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import dagster as dg
@@ -15,14 +14,13 @@ import polars as pl
 from graphrag_pipeline.graph.communities import update_communities
 from graphrag_pipeline.llm.client import LLMCircuitOpen
 from graphrag_pipeline.graph.mentions import update_merged_graph
-from graphrag_pipeline.reports.offline import CommunityReport, extractive_report
-from graphrag_pipeline.reports.llm import fits_budget, llm_report, report_generator
+from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
 from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
-from graphrag_pipeline.llm.usage import LLMUsage, UsageLedger
 from graphrag_pipeline.defs.document_assets import doc_subgraph
+from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
 from graphrag_pipeline.defs.metadata import md_table
-from graphrag_pipeline.defs.partitions import community_partitions, document_keys
+from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 
@@ -58,11 +56,10 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
     store = settings.store()
     keys = document_keys(context.instance)
     merged = update_merged_graph(store, keys)
-    client = llm.client(settings.paths.cache_db) if settings.method != "fast" else None
+    step = StepLLM("knowledge_graph", settings, llm, used=settings.method != "fast")
     with endpoint_down_fails_the_step():
-        nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, client, language=llm.language)
-    usage = client.usage_snapshot() if client else LLMUsage()
-    UsageLedger(settings.paths.cache_db).record("knowledge_graph", usage)
+        nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, step.client, language=llm.language)
+    usage = step.record()
     if summary.failed:
         context.log.warning(f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined")
     store.write_graph("knowledge_graph", nodes, edges)
@@ -84,7 +81,7 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
         "dropped_relations": merged.dropped_relations,
         "orphan_files_removed": removed,
         "summarised_descriptions": summary.summarised_nodes + summary.summarised_edges,
-        **_llm_metadata(usage),
+        **llm_metadata(usage),
         "top_entities": _top_entities(nodes),
     })
 
@@ -101,13 +98,13 @@ def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings
     store = settings.store()
     nodes, edges = store.read_graph("knowledge_graph")
     state = store.read_state("resolution", {})
-    client = llm.client(settings.paths.cache_db) if settings.method != "fast" and llm.use_for_resolution else None
+    step = StepLLM("resolved_graph", settings, llm, used=settings.method != "fast" and llm.use_for_resolution)
+    client = step.client
     judge = LLMJudge(client) if client else None
     judge_id = f"llm:{client.model}" if client else "offline"
     with endpoint_down_fails_the_step():
         result = resolve_incremental(nodes, edges, state, judge=judge, judge_id=judge_id)
-    usage = client.usage_snapshot() if client else LLMUsage()
-    UsageLedger(settings.paths.cache_db).record("resolved_graph", usage)
+    usage = step.record()
     store.write_graph("resolved_graph", result.nodes, result.edges)
     store.write_state("resolution", result.state)
     context.log.info(f"resolved {result.candidates} candidate pairs, {result.merged} merged ({len(result.changed)} new entities)")
@@ -120,7 +117,7 @@ def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings
         "merged_pairs": result.merged,
         "judge": judge_id if client else "offline (normalised name equality)",
         "unparsed_answers": judge.unparsed if judge else 0,
-        **_llm_metadata(usage),
+        **llm_metadata(usage),
         "merges": md_table(merges, ["merged", "into"]),
         "top_entities": _top_entities(result.nodes),
     })
@@ -161,16 +158,9 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
         context.log.warning(f"re-clustered from scratch: {m.get('recluster_reason')}")
 
     # one report partition per community of 2+ nodes, keyed by its id
-    wanted = df.filter(pl.col("size") >= 2)["community_id"].to_list()
-    existing = set(instance.get_dynamic_partitions(community_partitions.name))
-    # returning ids (their reports are stored) first, then the ones needing a report: those end up
-    # contiguous at the end of the partition order, one partition range, so one run writes them
-    new = sorted((k for k in wanted if k not in existing), key=lambda k: k not in written)
-    gone = sorted(existing - set(wanted))
-    if new:
-        instance.add_dynamic_partitions(community_partitions.name, new)
-    for key in gone:
-        instance.delete_dynamic_partition(community_partitions.name, key)
+    wanted = reportable_ids(df)
+    new, gone = report_partition_changes(wanted, instance.get_dynamic_partitions(community_partitions.name), written)
+    change_partitions(instance, community_partitions, new, gone)
     deleted = store.remove_reports_except(update.retained_ids)
     lost_now = lost & set(previous.table["community_id"].to_list()) if previous is not None else set()
     if lost_now:
@@ -218,84 +208,18 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
 )
 @stoppable
 def community_reports(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
-    store = settings.store()
-    nodes, edges = store.read_graph("resolved_graph")
-    table = {r["community_id"]: r for r in store.read_communities().to_dicts()}
-    children: dict[str, list[str]] = {}
-    for row in table.values():
-        if row["parent_id"]:
-            children.setdefault(row["parent_id"], []).append(row["community_id"])
-    client = llm.client(settings.paths.cache_db) if settings.method != "fast" and llm.use_for_reports else None
-    missing = [k for k in context.partition_keys if k not in table]
-    # a community id names its content: a report already stored for it by the same writer (an id that
-    # came back after an edit was undone, or a partition run again) is kept, not paid for twice
-    generator = report_generator(client)
-    reused = [k for k in context.partition_keys if k in table and (r := store.read_report(k)) and r.generator == generator]
-    keys = [k for k in context.partition_keys if k in table and k not in set(reused)]
-    written: dict[str, CommunityReport] = {}
-    fallbacks: list[dict] = []
-
-    def sub_reports(cid: str) -> dict[str, CommunityReport]:
-        found = {}
-        for child in children.get(cid, []):
-            rep = written.get(child) or store.read_report(child)
-            if rep is not None:
-                found[child] = rep
-        return found
-
-    def make(cid: str):
-        community = table[cid]
-        if client is None:
-            return extractive_report(community, nodes, edges), None
-        outcome = llm_report(client, community, nodes, edges, language=llm.language,
-                             sub_reports=sub_reports(cid), children=children.get(cid, []))
-        return outcome.report, (outcome.error or "unparsable answer") if outcome.fallback else None
-
-    # Every community whose tables fit the prompt is written at once (maximum concurrency); the
-    # large ones follow, deepest level first, so they can use the reports of their sub-communities.
-    large = [k for k in keys if client is not None and children.get(k) and not fits_budget(table[k], nodes, edges)]
-    waves = [[k for k in keys if k not in set(large)]]
-    for level in sorted({table[k]["level"] for k in large}, reverse=True):
-        waves.append([k for k in large if table[k]["level"] == level])
-    pool = ThreadPoolExecutor(max_workers=client.max_concurrent if client else 1, thread_name_prefix="report")
-    try:
-        for wave in waves:
-            for cid, (report, fallback) in zip(wave, pool.map(make, wave)):
-                store.write_report(report)
-                written[cid] = report
-                if fallback:
-                    fallbacks.append({"community": cid, "reason": fallback})
-                    context.log.warning(f"report of {cid}: LLM answer unusable ({fallback}); extractive report written instead")
-            context.log.info(f"reports: {len(written)}/{len(keys)} written")
-    except BaseException as exc:
-        # run terminated or endpoint failed: stop all LLM work now; finished reports stay stored
-        if client is not None:
-            client.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
-        if isinstance(exc, LLMCircuitOpen):
-            with endpoint_down_fails_the_step():
-                raise
-        raise
-    pool.shutdown()
-    if missing:
-        context.log.warning(f"{len(missing)} report partitions no longer match a community (superseded by a newer build)")
-    if reused:
-        context.log.info(f"{len(reused)} reports were already stored for their community ids and are kept")
-    usage = client.usage_snapshot() if client else LLMUsage()
-    UsageLedger(settings.paths.cache_db).record("community_reports", usage)
-    rows = [{"community": k, "title": r.title, "rating": r.rating, "size": table[k]["size"], "extractive": r.extractive}
-            for k, r in written.items()]
+    step = StepLLM("community_reports", settings, llm, used=settings.method != "fast" and llm.use_for_reports)
+    with endpoint_down_fails_the_step():
+        result = write_reports(settings.store(), context.partition_keys, step.client, language=llm.language, log=context.log)
+    usage = step.record()
+    rows = [{"community": k, "title": r.title, "rating": r.rating, "size": result.sizes[k], "extractive": r.extractive}
+            for k, r in result.written.items()]
     return dg.MaterializeResult(metadata={
-        "reports": len(written),
-        "reused": len(reused),
-        "superseded": len(missing),
-        "extractive": sum(1 for r in written.values() if r.extractive),
-        "fallbacks": len(fallbacks),
-        **_llm_metadata(usage),
+        "reports": len(result.written),
+        "reused": len(result.reused),
+        "superseded": len(result.superseded),
+        "extractive": result.extractive,
+        "fallbacks": len(result.fallbacks),
+        **llm_metadata(usage),
         "preview": md_table(rows, ["community", "title", "rating", "size", "extractive"]),
     })
-
-
-def _llm_metadata(usage: LLMUsage) -> dict:
-    return {"llm_calls": usage.calls, "llm_cache_hits": usage.cache_hits,
-            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}

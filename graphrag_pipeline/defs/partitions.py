@@ -10,3 +10,13 @@ def document_keys(instance) -> list[str]:
     from graphrag_pipeline.storage.store import partition_key_problem
 
     return [k for k in instance.get_dynamic_partitions(documents_partitions.name) if partition_key_problem(k) is None]
+
+
+def change_partitions(instance, partitions_def: dg.DynamicPartitionsDefinition, add=(), delete=()) -> None:
+    """Add the keys ``add`` (in their order: the order partitions are listed and ranged in) to a
+    dynamic partitions definition, then delete the keys ``delete``."""
+    add = list(add)
+    if add:
+        instance.add_dynamic_partitions(partitions_def.name, add)
+    for key in delete:
+        instance.delete_dynamic_partition(partitions_def.name, key)

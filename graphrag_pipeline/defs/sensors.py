@@ -7,7 +7,7 @@ import dagster as dg
 
 from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
 from graphrag_pipeline.defs.jobs import documents_job, graph_job, recluster_job
-from graphrag_pipeline.defs.partitions import documents_partitions
+from graphrag_pipeline.defs.partitions import change_partitions, documents_partitions
 from graphrag_pipeline.defs.resources import PipelineSettings
 
 CURSOR_VERSION = 1
@@ -75,10 +75,7 @@ def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSet
     plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous=None)
     if refusal := _refuse_emptying(plan, existing, settings):
         return dg.SkipReason(refusal)
-    if plan.to_add:
-        instance.add_dynamic_partitions(documents_partitions.name, plan.to_add)
-    for key in plan.to_delete:
-        instance.delete_dynamic_partition(documents_partitions.name, key)
+    change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
     requests = _requests(plan, "daily reconcile")
     if not requests:
         return dg.SkipReason(f"{len(plan.states)} documents, all up to date")

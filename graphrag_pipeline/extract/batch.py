@@ -20,6 +20,7 @@ from typing import Callable
 
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.extract.records import Extraction
+from graphrag_pipeline.extract.subgraph import DocSubgraph, build_doc_subgraph
 from graphrag_pipeline.llm.usage import LLMUsage
 
 EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v1", "general": "general-v1"}
@@ -101,6 +102,54 @@ def extract_tasks(
         return out
     _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress)
     return out
+
+
+@dataclass
+class DocumentExtraction:
+    """One document's subgraph, ready to store, and what went into it."""
+    key: str
+    subgraph: DocSubgraph
+    chunks: int
+    failed_chunks: list[dict]  # {doc_id, chunk_id, error, raw}: chunks whose answer could not be used
+
+
+@dataclass
+class DocumentsExtraction:
+    documents: list[DocumentExtraction]  # in the order of the keys; documents in stats.failed_documents left out
+    stats: ExtractionStats
+
+
+def extract_documents(
+    keys: list[str],
+    chunks,
+    method: str,
+    cache: KVCache,
+    llm=None,
+    settings=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DocumentsExtraction:
+    """The subgraph of each document in ``keys`` from its chunks (a frame with doc_id, position,
+    chunk_id, text). A document the endpoint failed on (``stats.failed_documents``) gets none: its
+    previous output, if any, stays, and the next build tries it again."""
+    tasks = [ChunkTask(key, pos, cid, text) for key, pos, cid, text in
+             chunks.select("doc_id", "position", "chunk_id", "text").sort("doc_id", "position").rows()]
+    stats = ExtractionStats()
+    extracted = extract_tasks(tasks, method, cache, stats, llm, settings, progress)
+    failed_by_doc: dict[str, list[dict]] = {}
+    for failure in stats.failed_chunks:
+        failed_by_doc.setdefault(failure["doc_id"], []).append(failure)
+    tasks_by_doc: dict[str, list[ChunkTask]] = {}
+    for t in tasks:
+        tasks_by_doc.setdefault(t.doc_id, []).append(t)
+    documents = []
+    for key in keys:
+        if key in stats.failed_documents:
+            continue
+        doc_tasks = tasks_by_doc.get(key, [])
+        triples = [(t.position, t.chunk_id, extracted[t.chunk_id]) for t in doc_tasks if t.chunk_id in extracted]
+        documents.append(DocumentExtraction(key, build_doc_subgraph(key, triples), len(doc_tasks),
+                                            failed_by_doc.get(key, [])))
+    return DocumentsExtraction(documents, stats)
 
 
 def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) -> None:

@@ -40,16 +40,12 @@ entity-resolution answers ("For Question 1, `A` and `B` are the same entity.").
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
+from graphrag_pipeline.llm.json_answers import load_json
 from graphrag_pipeline.extract.records import Entity, Extraction, Relation, clean_name, clean_type, entity_key
 
-try:  # optional: repairs the slightly broken JSON some models produce
-    import json_repair as _json_repair
-except ImportError:  # pragma: no cover - json_repair is installed in the dev environment
-    _json_repair = None
 
 __all__ = ["ParseResult", "parse_extraction", "parse_yes_no", "parse_numbered_answers"]
 
@@ -387,13 +383,7 @@ def _load_json(text: str) -> dict | None:
     s = _FENCE.sub("", text).strip()
     starts = sorted(i for i in (s.find("{"), s.find("[")) if i >= 0)
     for start in starts:
-        try:
-            if _json_repair is not None:
-                data = _json_repair.loads(s[start:])
-            else:
-                data = json.JSONDecoder().raw_decode(s[start:])[0]
-        except Exception:  # noqa: BLE001 - not JSON after all
-            continue
+        data = load_json(s[start:])
         if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
             rel_keys = {"source", "target", "src_id", "tgt_id"}
             ents = [x for x in data if not (rel_keys & {str(k).lower() for k in x})]

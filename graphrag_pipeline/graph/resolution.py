@@ -227,22 +227,6 @@ def candidate_pairs(nodes: pl.DataFrame, changed_keys: set[str]) -> list[tuple[s
     return sorted(pairs)
 
 
-def _candidate_pairs_bruteforce(nodes: pl.DataFrame, changed_keys: set[str]) -> list[tuple[str, str]]:
-    """Reference for ``candidate_pairs``: ``is_similar`` on every pair (for tests; quadratic)."""
-    rows = [
-        (key, name if name is not None else key, etype)
-        for key, name, etype in nodes.select("key", "name", "type").iter_rows()
-    ]
-    pairs: set[tuple[str, str]] = set()
-    for i, (key_a, name_a, type_a) in enumerate(rows):
-        for key_b, name_b, type_b in rows[i + 1 :]:
-            if type_a != type_b or (key_a not in changed_keys and key_b not in changed_keys):
-                continue
-            if is_similar(name_a, name_b):
-                pairs.add(tuple(sorted((key_a, key_b))))
-    return sorted(pairs)
-
-
 # --------------------------------------------------------------------------------------------
 # Offline judge
 # --------------------------------------------------------------------------------------------
@@ -523,11 +507,6 @@ def resolve(
     decide, and merge the accepted pairs (``resolve_incremental`` with every other node known)."""
     known = sorted(set(nodes["key"].to_list()) - set(changed_keys))
     return resolve_incremental(nodes, edges, {"judge": "once", "known_keys": known, "accepted": []}, judge, "once")
-
-
-def resolve_offline(nodes: pl.DataFrame, edges: pl.DataFrame, changed_keys: set[str]) -> ResolutionResult:
-    """``resolve`` with the no-LLM judge ``offline_same``."""
-    return resolve(nodes, edges, changed_keys, judge=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -191,27 +191,6 @@ def _read_previous_vectors(con) -> dict:
     return {name: con.sql(sql).pl() for name, sql in _TEXTS.items()}
 
 
-def previous_vectors(path: Path, embedding_model: str) -> dict:
-    """(text, embedding) per table of the published index, if it was built with the same embedder."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        return {}
-    try:
-        rows = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchall()
-        row = rows[0] if rows else None
-        if not row or json.loads(row[0]) != embedding_model:
-            return {}
-        return _read_previous_vectors(con)
-    except duckdb.Error:
-        return {}
-    finally:
-        con.close()
-
-
 # -- writing ------------------------------------------------------------------------------------
 def _drop_wal(path: Path) -> None:
     Path(f"{path}.wal").unlink(missing_ok=True)

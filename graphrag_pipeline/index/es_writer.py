@@ -22,11 +22,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import polars as pl
 
 from graphrag_pipeline.index.records import NHOP_ORDER_SQL
+from graphrag_pipeline.urls import redact_url
 
 SCHEMA_VERSION = 1
 KG = "knowledge_graph_kwd"
@@ -58,7 +59,7 @@ class EsConfig:
             return None
         parts = urlsplit(url)
         return cls(
-            url=redact_url(url),
+            url=redact_url(url, keep_query=True),
             alias=setting("GRAPHRAG_ES_INDEX") if raw("GRAPHRAG_ES_INDEX") else es_index_for(home or setting("GRAPHRAG_HOME")),
             api_key=raw("GRAPHRAG_ES_API_KEY"),
             username=raw("GRAPHRAG_ES_USERNAME") or (parts.username or None),
@@ -89,17 +90,6 @@ class EsConfig:
         for secret in self.secrets():
             text = text.replace(secret, "***")
         return EsIndexError(f"Elasticsearch at {self.url} failed while {action}: {text[:600]}")
-
-
-def redact_url(url: str) -> str:
-    """The URL without user and password."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        parts = parts._replace(netloc=host)
-    return urlunsplit(parts)
 
 
 def vector_field(dim: int) -> str:

@@ -31,12 +31,12 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.ingest.tokens import count_tokens
 from graphrag_pipeline.llm.usage import LLMUsage
 from graphrag_pipeline.settings import default as setting_default, endpoint_embedding_model, raw as setting_raw, setting
+from graphrag_pipeline.urls import redact_url
 
 if TYPE_CHECKING:
     import numpy
@@ -136,19 +136,6 @@ class _Fatal(Exception):
         self.status = status
 
 
-def redact_url(url: str) -> str:
-    """``url`` without userinfo, query string or fragment (where credentials tend to hide)."""
-    try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        if ":" in host:  # IPv6 literal
-            host = f"[{host}]"
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
-    except ValueError:
-        return "<invalid url>"
-
-
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` value (delta-seconds or an HTTP date), or None."""
     if value is None:
@@ -195,28 +182,6 @@ def _message_text(messages: list[dict]) -> str:
         elif isinstance(content, list):  # multi-part content: count the text parts
             parts += [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
     return "\n".join(parts)
-
-
-def parse_json_reply(text: str) -> Any:
-    """Parse JSON an LLM wrote: strict first, then repaired with ``json_repair`` (code fences,
-    trailing commas, single quotes, truncation). Returns None when nothing usable is found."""
-    s = (text or "").strip()
-    if s.startswith("```"):
-        s = s.split("\n", 1)[1] if "\n" in s else ""
-        if s.rstrip().endswith("```"):
-            s = s.rstrip()[:-3]
-        s = s.strip()
-    try:
-        return json.loads(s)
-    except ValueError:
-        pass
-    import json_repair
-
-    try:
-        value = json_repair.loads(s)
-    except Exception:  # json_repair is lenient by design; treat any failure as "no JSON"
-        return None
-    return None if value == "" else value
 
 
 class LLMClient:

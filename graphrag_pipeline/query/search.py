@@ -96,17 +96,13 @@ def analyze_question_llm(client, question: str, type_pool: dict[str, list[str]])
     """The seeds' query rewrite: answer types from the index's type pool and entities named in the question."""
     import json
 
-    import json_repair
-
     from graphrag_pipeline.llm import prompts
+    from graphrag_pipeline.llm.json_answers import parse_json_reply
 
     pool_text = json.dumps({t: e[:5] for t, e in type_pool.items()}, ensure_ascii=False, indent=1)
     answer = client.chat([{"role": "user", "content": prompts.QUERY_REWRITE.format(type_pool=pool_text, question=question)}]).text
-    try:
-        data = json_repair.loads(answer)
-    except Exception:  # noqa: BLE001 - any unparsable answer falls back to offline analysis
-        return None
-    if not isinstance(data, dict):
+    data = parse_json_reply(answer)
+    if not isinstance(data, dict):  # unparsable or not an object: offline analysis instead
         return None
     by_fold = {t.casefold(): t for t in type_pool}
     types = [by_fold[str(t).casefold()] for t in data.get("answer_type_keywords") or [] if str(t).casefold() in by_fold]
@@ -229,9 +225,8 @@ def local_answer(client, result: QueryResult, question: str) -> str:
 
 def global_answer(client, index, result: QueryResult, question: str, params: SearchParams) -> str:
     """Map: each report yields scored points; points scoring 0 are dropped. Reduce: one answer."""
-    import json_repair
-
     from graphrag_pipeline.llm import prompts
+    from graphrag_pipeline.llm.json_answers import parse_json_reply
 
     reports = [r for r in index.reports_by_vector(index.embedder(client).embed_one(question), params.global_map_topn)]
     calls = [{"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]} for r in reports]
@@ -239,10 +234,7 @@ def global_answer(client, index, result: QueryResult, question: str, params: Sea
     for report, res in zip(reports, client.chat_many(calls)):
         if isinstance(res, Exception):
             continue
-        try:
-            data = json_repair.loads(res.text)
-        except Exception:  # noqa: BLE001 - an unparsable map answer contributes nothing
-            continue
+        data = parse_json_reply(res.text)  # an unparsable map answer (None) contributes nothing
         items = data.get("points", []) if isinstance(data, dict) else data if isinstance(data, list) else []
         for item in items:
             if not isinstance(item, dict):

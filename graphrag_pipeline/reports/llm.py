@@ -51,13 +51,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
 
 import polars as pl
 
+from graphrag_pipeline.llm.json_answers import load_json
 from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding, community_subgraph, extractive_report
 from graphrag_pipeline.ingest.tokens import count_tokens
@@ -323,8 +323,6 @@ def _validate(data) -> tuple[dict | None, str]:
 
 
 def _parse(text: str) -> tuple[dict | None, str]:
-    import json_repair
-
     s = (text or "").strip()
     m = _FENCE.search(s)
     if m and "{" in m.group(1):
@@ -334,14 +332,9 @@ def _parse(text: str) -> tuple[dict | None, str]:
         return None, "no JSON object in the answer"
     reason = ""
     for start in starts:
-        candidate = s[start:]
-        try:
-            data = json.loads(candidate)
-        except ValueError:
-            try:
-                data = json_repair.loads(candidate)
-            except Exception:  # noqa: BLE001 - json_repair is lenient by design; any failure = not JSON
-                continue
+        data = load_json(s[start:])
+        if data is None:
+            continue
         result, why = _validate(data)
         if result is not None:
             return result, ""

@@ -1,0 +1,27 @@
+"""The LLM side of one asset step: its client when the step's method uses one, and the usage the
+step paid for, recorded in the ledger and shown in the step's metadata."""
+
+from __future__ import annotations
+
+from graphrag_pipeline.llm.usage import LLMUsage, UsageLedger
+
+
+class StepLLM:
+    def __init__(self, step: str, settings, llm, *, used: bool):
+        """``used``: whether the step's method calls the LLM at all (no client is made otherwise;
+        ``client`` is also None when no endpoint is configured)."""
+        self.step = step
+        self._ledger = settings.paths.cache_db
+        self.client = llm.client(settings.paths.cache_db) if used else None
+
+    def record(self, usage: LLMUsage | None = None) -> LLMUsage:
+        """Record the step's usage (by default everything its client did) and return it."""
+        if usage is None:
+            usage = self.client.usage_snapshot() if self.client else LLMUsage()
+        UsageLedger(self._ledger).record(self.step, usage)
+        return usage
+
+
+def llm_metadata(usage: LLMUsage) -> dict:
+    return {"llm_calls": usage.calls, "llm_cache_hits": usage.cache_hits,
+            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}

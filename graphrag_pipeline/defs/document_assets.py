@@ -125,8 +125,12 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     for failure in stats.failed_chunks:
         context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
     rows = []
+    mentions = {"entity_mentions": 0, "relation_mentions": 0, "dropped_relations": 0}
     for doc in result.documents:
         sub = doc.subgraph
+        mentions["entity_mentions"] += sub.entities.height
+        mentions["relation_mentions"] += sub.relations.height
+        mentions["dropped_relations"] += sub.dropped_relations
         store.write_subgraph(doc.key, sub.entities, sub.relations, {
             "content_hash": infos[doc.key].get("content_hash"), "method": method,
             "entities": sub.entities.height, "relations": sub.relations.height,
@@ -140,9 +144,7 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     metadata = {
         "documents": len(keys),
         "method": method,
-        "entity_mentions": sum(d.subgraph.entities.height for d in result.documents),
-        "relation_mentions": sum(d.subgraph.relations.height for d in result.documents),
-        "dropped_relations": sum(d.subgraph.dropped_relations for d in result.documents),
+        **mentions,
         "chunks_extracted": stats.extracted,
         "cache_hits": stats.cache_hits,
         "failed_chunks": len(stats.failed_chunks),

@@ -16,7 +16,7 @@ import hashlib
 import json
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.extract.records import Extraction
@@ -115,7 +115,9 @@ class DocumentExtraction:
 
 @dataclass
 class DocumentsExtraction:
-    documents: list[DocumentExtraction]  # in the order of the keys; documents in stats.failed_documents left out
+    # in the order of the keys, built one at a time as they are read (so a large batch never holds
+    # every subgraph at once); documents in stats.failed_documents are left out
+    documents: Iterator[DocumentExtraction]
     stats: ExtractionStats
 
 
@@ -141,15 +143,16 @@ def extract_documents(
     tasks_by_doc: dict[str, list[ChunkTask]] = {}
     for t in tasks:
         tasks_by_doc.setdefault(t.doc_id, []).append(t)
-    documents = []
-    for key in keys:
-        if key in stats.failed_documents:
-            continue
-        doc_tasks = tasks_by_doc.get(key, [])
-        triples = [(t.position, t.chunk_id, extracted[t.chunk_id]) for t in doc_tasks if t.chunk_id in extracted]
-        documents.append(DocumentExtraction(key, build_doc_subgraph(key, triples), len(doc_tasks),
-                                            failed_by_doc.get(key, [])))
-    return DocumentsExtraction(documents, stats)
+
+    def documents() -> Iterator[DocumentExtraction]:
+        for key in keys:
+            if key in stats.failed_documents:
+                continue
+            doc_tasks = tasks_by_doc.get(key, [])
+            triples = [(t.position, t.chunk_id, extracted[t.chunk_id]) for t in doc_tasks if t.chunk_id in extracted]
+            yield DocumentExtraction(key, build_doc_subgraph(key, triples), len(doc_tasks), failed_by_doc.get(key, []))
+
+    return DocumentsExtraction(documents(), stats)
 
 
 def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) -> None:

@@ -20,7 +20,7 @@ from graphrag_pipeline.reports.llm import fits_budget, llm_report, report_genera
 from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
 from graphrag_pipeline.llm.usage import LLMUsage, UsageLedger
-from graphrag_pipeline.defs.document_assets import doc_subgraph
+from graphrag_pipeline.defs import document_assets  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import community_partitions, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -47,7 +47,7 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
 
 
 @dg.asset(
-    deps=[doc_subgraph],
+    deps=[document_assets.doc_subgraph],
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,

@@ -162,3 +162,10 @@ def settings_from_env() -> PipelineSettings:
         max_document_bytes=dg.EnvVar.int("GRAPHRAG_MAX_DOCUMENT_BYTES"),
         max_cluster_size=dg.EnvVar.int("GRAPHRAG_MAX_CLUSTER_SIZE"),
     )
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """The resources every asset, check, sensor and schedule of the defs folder asks for (found by
+    `load_from_defs_folder`); their values are read from the environment when a run starts."""
+    return dg.Definitions(resources={"settings": settings_from_env(), "llm": llm_settings_from_env()})

@@ -15,8 +15,6 @@ from graphrag_pipeline.settings import METHODS, PROJECT_ROOT, default_home
 from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline import interrupts
 
-DOWNSTREAM = ["knowledge_graph", "resolved_graph", "communities", "search_index"]
-
 
 def _prepare_environment(args: argparse.Namespace) -> Paths:
     """Point Dagster at $GRAPHRAG_HOME/dagster (with the project's dagster.yaml) before it loads."""
@@ -162,14 +160,30 @@ def _latest_timestamp(instance, asset: str) -> float | None:
     return ev.timestamp if ev else None
 
 
-def _downstream_stale(instance) -> bool:
-    parents = {"knowledge_graph": ["doc_subgraph"], "resolved_graph": ["knowledge_graph"],
-               "communities": ["resolved_graph"], "search_index": ["resolved_graph", "communities", "chunks"]}
-    for asset in DOWNSTREAM:
+def downstream_lineage(defs) -> dict[str, list[str]]:
+    """The unpartitioned assets downstream of the document partitions, in dependency order, each
+    with its parents: read from the asset graph of the Definitions. Elasticsearch is left out: it is
+    compared with the cluster itself (_elasticsearch_stale)."""
+    from graphrag_pipeline.defs.partitions import documents_partitions
+
+    graph = defs.resolve_asset_graph()
+    below, todo = set(), [k for k in graph.materializable_asset_keys if graph.get(k).partitions_def == documents_partitions]
+    while todo:
+        for child in graph.get(todo.pop()).child_keys:
+            if child not in below:
+                below.add(child)
+                todo.append(child)
+    return {key.to_user_string(): sorted(p.to_user_string() for p in graph.get(key).parent_keys)
+            for key in graph.toposorted_asset_keys
+            if key in below and graph.get(key).partitions_def is None and key.to_user_string() != "elasticsearch_index"}
+
+
+def _downstream_stale(instance, defs) -> bool:
+    for asset, parents in downstream_lineage(defs).items():
         ts = _latest_timestamp(instance, asset)
         if ts is None:
             return True
-        for parent in parents[asset]:
+        for parent in parents:
             pts = _latest_timestamp(instance, parent)
             if pts is not None and pts > ts:
                 return True
@@ -305,7 +319,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
     for problem in repairs:
         _say(f"repairing: {problem}")
-    downstream = plan.changed or args.recluster or bool(repairs) or _downstream_stale(instance)
+    downstream = plan.changed or args.recluster or bool(repairs) or _downstream_stale(instance, defs)
     graph_done = False
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)

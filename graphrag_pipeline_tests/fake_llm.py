@@ -149,3 +149,25 @@ class FakeLLM:
         if kind == "global_reduce":
             return "GLOBAL ANSWER: " + str(prompt.count("- ["))+ " points merged."
         return "OK"
+
+
+class FakeChatClient:
+    """FakeLLM in process, behind the ChatClient protocol (llm/protocol.py): no HTTP server, no
+    cache, no retries; every call is answered and counted by `llm` (a FakeLLM)."""
+
+    def __init__(self, llm: FakeLLM | None = None, model: str = "fake-model"):
+        self.llm = llm or FakeLLM()
+        self.model = model
+
+    def chat(self, messages: list[dict], *, temperature: float = 0.0, max_tokens: int | None = None,
+             logit_bias: dict[int, int] | None = None, response_format: dict | None = None,
+             use_cache: bool = True):
+        from graphrag_pipeline.llm.client import ChatResult
+
+        body = {"messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        text = self.llm(body)
+        return ChatResult(text=text, cached=False, prompt_tokens=sum(len(m.get("content", "")) for m in messages) // 4,
+                          completion_tokens=len(text) // 4)
+
+    def chat_many(self, calls: list[dict]):
+        return [self.chat(**kw) for kw in calls]

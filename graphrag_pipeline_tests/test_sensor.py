@@ -17,8 +17,8 @@ def test_instance(home, corpus):
 
 
 def tick(instance, cursor=None) -> dg.SensorResult:
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings_from_env()})
-    result = corpus_sensor(ctx)
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": settings_from_env()}) as ctx:
+        result = corpus_sensor(ctx)
     for req in result.dynamic_partitions_requests or []:
         if isinstance(req, dg.AddDynamicPartitionsRequest):
             instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
@@ -82,8 +82,10 @@ def test_deleted_file_removes_partition_and_requests_the_merge(test_instance, co
 
 def test_daily_reconcile_reruns_documents_that_were_never_processed(test_instance, corpus):
     tick(test_instance)  # the sensor requested runs, but none executed
-    ctx = dg.build_schedule_context(instance=test_instance, resources={"settings": settings_from_env()})
-    requests = daily_reconcile(ctx)
+    # closed after use: an open schedule context keeps its instance's state storage as the current
+    # one, which a later first load of the definitions (load_from_defs_folder) would read
+    with dg.build_schedule_context(instance=test_instance, resources={"settings": settings_from_env()}) as ctx:
+        requests = daily_reconcile(ctx)
     assert isinstance(requests, list) and len(requests) == 1
     keys = test_instance.get_dynamic_partitions("documents")
     assert (requests[0].tags[RANGE_START_TAG], requests[0].tags[RANGE_END_TAG]) == (keys[0], keys[-1])

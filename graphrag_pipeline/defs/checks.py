@@ -5,8 +5,8 @@ import dagster as dg
 import polars as pl
 
 from graphrag_pipeline.index.duckdb_writer import check_index_file
-from graphrag_pipeline.defs.graph_assets import communities, knowledge_graph, resolved_graph
-from graphrag_pipeline.defs.index_assets import search_index
+# the modules, not their assets: the defs-folder loader registers each asset once, from its own file
+from graphrag_pipeline.defs import graph_assets, index_assets
 from graphrag_pipeline.defs.resources import PipelineSettings
 
 
@@ -37,17 +37,17 @@ def _graph_check(name: str, settings: PipelineSettings) -> dg.AssetCheckResult:
                                                                "nodes": nodes.height, "edges": edges.height})
 
 
-@dg.asset_check(asset=knowledge_graph, description="Unique nodes; every edge joins two existing, distinct nodes once.")
+@dg.asset_check(asset=graph_assets.knowledge_graph, description="Unique nodes; every edge joins two existing, distinct nodes once.")
 def knowledge_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckResult:
     return _graph_check("knowledge_graph", settings)
 
 
-@dg.asset_check(asset=resolved_graph, description="Unique nodes; every edge joins two existing, distinct nodes once.")
+@dg.asset_check(asset=graph_assets.resolved_graph, description="Unique nodes; every edge joins two existing, distinct nodes once.")
 def resolved_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckResult:
     return _graph_check("resolved_graph", settings)
 
 
-@dg.asset_check(asset=communities, description="Every community member is an entity of the resolved graph; parents exist.")
+@dg.asset_check(asset=graph_assets.communities, description="Every community member is an entity of the resolved graph; parents exist.")
 def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
     nodes, _ = store.read_graph("resolved_graph")
@@ -62,7 +62,7 @@ def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckR
     )
 
 
-@dg.asset_check(asset=search_index, blocking=True,
+@dg.asset_check(asset=index_assets.search_index, blocking=True,
                 description="The index holds every entity and relation of the resolved graph, a report per reportable community "
                             "(2+ members), no stale or duplicate keys, and vectors on every row. Blocking: Elasticsearch is not "
                             "synced from an index that fails it.")

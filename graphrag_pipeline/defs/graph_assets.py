@@ -17,8 +17,8 @@ from graphrag_pipeline.graph.mentions import update_merged_graph
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
 from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
-from graphrag_pipeline.defs.document_assets import doc_subgraph
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
+from graphrag_pipeline.defs import document_assets  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -45,7 +45,7 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
 
 
 @dg.asset(
-    deps=[doc_subgraph],
+    deps=[document_assets.doc_subgraph],
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,

@@ -12,8 +12,9 @@ from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_index
 from graphrag_pipeline.index.records import collect_reports
 from graphrag_pipeline.graph.mentions import all_chunks
-from graphrag_pipeline.defs.document_assets import chunks
-from graphrag_pipeline.defs.graph_assets import EAGER, communities, community_reports, resolved_graph
+# the modules, not their assets: the defs-folder loader registers each asset once, from its own file
+from graphrag_pipeline.defs import document_assets, graph_assets
+from graphrag_pipeline.defs.graph_assets import EAGER
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -53,7 +54,7 @@ def _incomplete(message: str, verdict) -> dg.Failure:
 
 
 @dg.asset(
-    deps=[resolved_graph, communities, community_reports, chunks],
+    deps=[graph_assets.resolved_graph, graph_assets.communities, graph_assets.community_reports, document_assets.chunks],
     group_name="index",
     kinds={"duckdb"},
     automation_condition=PUBLISH_WHEN_SETTLED,

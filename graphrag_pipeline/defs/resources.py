@@ -141,3 +141,10 @@ def llm_settings_from_env() -> LLMSettings:
 def settings_from_env() -> PipelineSettings:
     """Settings resolved from environment variables when a run starts (not when code loads)."""
     return PipelineSettings()
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """The resources every asset, check, sensor and schedule of the defs folder asks for (found by
+    `load_from_defs_folder`); their values are read from the environment when a run starts."""
+    return dg.Definitions(resources={"settings": settings_from_env(), "llm": llm_settings_from_env()})

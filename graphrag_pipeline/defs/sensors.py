@@ -6,7 +6,7 @@ import json
 import dagster as dg
 
 from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
-from graphrag_pipeline.defs.jobs import documents_job, graph_job, recluster_job
+from graphrag_pipeline.defs import jobs as pipeline_jobs  # the module, not its jobs: each job is loaded once, from jobs.py
 from graphrag_pipeline.defs.partitions import change_partitions, documents_partitions
 from graphrag_pipeline.defs.resources import PipelineSettings
 
@@ -23,17 +23,17 @@ def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> s
 
 def _requests(plan, reason: str) -> list[dg.RunRequest]:
     requests = [
-        dg.RunRequest(job_name=documents_job.name, tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))})
+        dg.RunRequest(job_name=pipeline_jobs.documents_job.name, tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))})
         for batch in plan.batches(DEFAULT_BATCH)
     ]
     if plan.to_delete and not requests:
         # a deletion produces no new materialization, so ask for the merge directly; automation does the rest
-        requests.append(dg.RunRequest(job_name=graph_job.name, tags={"graphrag/reason": f"{reason}: documents removed"}))
+        requests.append(dg.RunRequest(job_name=pipeline_jobs.graph_job.name, tags={"graphrag/reason": f"{reason}: documents removed"}))
     return requests
 
 
 @dg.sensor(
-    jobs=[documents_job, graph_job],
+    jobs=[pipeline_jobs.documents_job, pipeline_jobs.graph_job],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Adds partitions for new corpus files, removes those of deleted files, runs new or changed files in batches.",
@@ -65,7 +65,7 @@ def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSetting
 
 @dg.schedule(
     cron_schedule="0 3 * * *",
-    job=documents_job,
+    job=pipeline_jobs.documents_job,
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Daily reconcile: compares the corpus with what was actually processed and re-runs whatever differs.",
 )
@@ -85,7 +85,7 @@ def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSet
 weekly_recluster = dg.ScheduleDefinition(
     name="weekly_recluster",
     cron_schedule="0 4 * * 0",
-    job=recluster_job,
+    job=pipeline_jobs.recluster_job,
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Sundays 04:00, when turned on: cluster communities from scratch (builds otherwise keep the previous "
                 "partition and move only the changed frontier, re-clustering by themselves when quality drops).",

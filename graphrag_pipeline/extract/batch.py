@@ -100,7 +100,7 @@ def extract_tasks(
         cache.put_many(fresh)
         stats.extracted += len(todo)
         return out
-    _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress)
+    out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress))
     return out
 
 
@@ -155,11 +155,14 @@ def extract_documents(
     return DocumentsExtraction(documents(), stats)
 
 
-def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) -> None:
+def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress) -> dict[str, Extraction]:
+    """The extractions of `todo` by chunk id (failed chunks absent); counts go to `stats`, the
+    extraction stats of the whole batch."""
     from graphrag_pipeline.extract.llm import extract_chunk
     from graphrag_pipeline.llm.client import LLMCircuitOpen, LLMError
 
     before = llm.usage_snapshot()
+    out: dict[str, Extraction] = {}
     pending_cache: dict[str, dict] = {}
     done = 0
     workers = max(1, getattr(llm, "max_concurrent", 4))
@@ -231,3 +234,4 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, out, progress) 
         after = llm.usage_snapshot()
         stats.llm.add(LLMUsage(after.calls - before.calls, after.cache_hits - before.cache_hits,
                                after.prompt_tokens - before.prompt_tokens, after.completion_tokens - before.completion_tokens))
+    return out

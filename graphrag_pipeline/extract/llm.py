@@ -19,6 +19,7 @@ from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.extract.parsing import parse_extraction, parse_yes_no
 from graphrag_pipeline.extract.records import Extraction
 from graphrag_pipeline.ingest.tokens import encoding
+from graphrag_pipeline.llm.protocol import ChatClient
 
 
 @dataclass
@@ -61,7 +62,7 @@ def _format(template: str, **values) -> str:
     )
 
 
-def extract_chunk(client, text: str, chunk_id: str, settings: ExtractionSettings) -> ChunkOutcome:
+def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: ExtractionSettings) -> ChunkOutcome:
     """Extract one chunk; LLMError from the client (endpoint failures) propagates to the caller."""
     if settings.method not in ("light", "general"):
         raise ValueError(f"extract_chunk handles light and general, not {settings.method!r}")

@@ -314,14 +314,15 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     start = 0
     for cut in _line_cuts(text):
-        _split_segment(text, start, cut, spans)
+        spans += _split_segment(text, start, cut)
         start = cut
-    _split_segment(text, start, len(text), spans)
+    spans += _split_segment(text, start, len(text))
     return spans
 
 
-def _split_segment(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
-    """Append the sentences of text[start:end], split at sentence-final punctuation."""
+def _split_segment(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The sentences of text[start:end], split at sentence-final punctuation."""
+    spans: list[tuple[int, int]] = []
     for m in _BOUNDARY.finditer(text, start, end):
         if m.group().rstrip(_CLOSERS) == ".":
             tail = _TAIL_WORD.search(text, max(start, m.start() - 20), m.start())
@@ -329,9 +330,12 @@ def _split_segment(text: str, start: int, end: int, spans: list[tuple[int, int]]
                 word = tail.group(1)
                 if (len(word) == 1 and word.isalpha()) or word.lower() in NO_SPLIT:
                     continue
-        _add_span(text, start, m.end(), spans)
+        if span := _stripped_span(text, start, m.end()):
+            spans.append(span)
         start = m.end()
-    _add_span(text, start, end, spans)
+    if span := _stripped_span(text, start, end):
+        spans.append(span)
+    return spans
 
 
 def _line_cuts(text: str) -> list[int]:
@@ -401,13 +405,13 @@ def _ends_sentence(line: str, length: int, nxt: str, width: int) -> bool:
     return bool(head) and head[0].isupper() and not line[0].islower()
 
 
-def _add_span(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
+def _stripped_span(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """text[start:end] without surrounding white space; None when nothing else is left."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
-    if start < end:
-        spans.append((start, end))
+    return (start, end) if start < end else None
 
 
 class _Doc:
@@ -513,8 +517,8 @@ def _find_mentions(doc: _Doc) -> list[_Mention]:
     corroborated: set[str] = set()  # capitalized words seen away from a sentence start
     per_sentence: list[tuple[list[_Mention], list[list[_Tok]]]] = []
     for i, (start, end) in enumerate(doc.sentences):
-        mentions: list[_Mention] = []
-        covered = doc.titles[i] = _titles(text, i, start, end, mentions)
+        mentions, covered = _titles(text, i, start, end)
+        doc.titles[i] = covered
         parts = [
             part
             for run in _latin_runs(text, start, end, covered, corroborated)
@@ -522,7 +526,7 @@ def _find_mentions(doc: _Doc) -> list[_Mention]:
             if part
         ]
         if _HAN.search(text, start, end):
-            _han_mentions(doc, i, covered, mentions)
+            mentions += _han_mentions(doc, i, covered)
         per_sentence.append((mentions, parts))
 
     result: list[_Mention] = []
@@ -536,26 +540,22 @@ def _find_mentions(doc: _Doc) -> list[_Mention]:
     return result
 
 
-def _titles(text: str, i: int, start: int, end: int, out: list[_Mention]) -> list[tuple[int, int]]:
-    """WORK mentions for 《book titles》 and quoted Title Case phrases; returns the spans covered."""
-    covered: list[tuple[int, int]] = []
-    for m in _BOOK_TITLE.finditer(text, start, end):
-        _add_title(m, i, out, covered)
+def _titles(text: str, i: int, start: int, end: int) -> tuple[list[_Mention], list[tuple[int, int]]]:
+    """WORK mentions for 《book titles》 and quoted Title Case phrases, and the spans they cover (sorted)."""
+    matches = list(_BOOK_TITLE.finditer(text, start, end))
     sentence = text[start:end]
     if '"' in sentence or "\u201c" in sentence or "\u00ab" in sentence:
-        for m in _QUOTED.finditer(text, start, end):
-            if _is_title_case(m.group(1)):
-                _add_title(m, i, out, covered)
-    covered.sort()
-    return covered
+        matches += [m for m in _QUOTED.finditer(text, start, end) if _is_title_case(m.group(1))]
+    mentions = [mention for m in matches if (mention := _title_mention(m, i)) is not None]
+    return mentions, sorted((m.start, m.end) for m in mentions)
 
 
-def _add_title(m: re.Match, i: int, out: list[_Mention], covered: list[tuple[int, int]]) -> None:
+def _title_mention(m: re.Match, i: int) -> _Mention | None:
     name = clean_name(_CJK_WRAP.sub("", m.group(1)))
     key = entity_key(name)
     if key and any(ch.isalnum() for ch in key):
-        out.append(_Mention(key, name, "WORK", i, m.start(), m.end()))
-        covered.append((m.start(), m.end()))
+        return _Mention(key, name, "WORK", i, m.start(), m.end())
+    return None
 
 
 def _is_title_case(s: str) -> bool:
@@ -845,8 +845,9 @@ def _han_type(word: str, flag: str) -> str | None:
     return None
 
 
-def _han_mentions(doc: _Doc, i: int, covered: list[tuple[int, int]], out: list[_Mention]) -> None:
+def _han_mentions(doc: _Doc, i: int, covered: list[tuple[int, int]]) -> list[_Mention]:
     """Mentions of Chinese proper nouns in sentence i (words of one character dropped)."""
+    out: list[_Mention] = []
     start, end = doc.sentences[i]
     words = _pos_tag(doc.text[start:end], start)
     doc.han_words[i] = [(pos, word, flag) for pos, _, word, flag in words]
@@ -860,6 +861,7 @@ def _han_mentions(doc: _Doc, i: int, covered: list[tuple[int, int]], out: list[_
         key = entity_key(name)
         if key:
             out.append(_Mention(key, name, etype, i, pos, stop))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -889,7 +891,8 @@ def _build(doc: _Doc, mentions: list[_Mention], chunk_id: str, max_entities: int
         seen = sentences_of.setdefault(m.key, [])
         if len(seen) < 2 and (not seen or seen[-1] != m.sentence):
             seen.append(m.sentence)
-    _type_surnames(first, etype)
+    for key in _surnames_to_type(first, etype):
+        etype[key] = "PERSON"
 
     order = {key: n for n, key in enumerate(first)}
     ranked = sorted(first, key=lambda k: (-count[k], order[k]))
@@ -931,17 +934,15 @@ def _build(doc: _Doc, mentions: list[_Mention], chunk_id: str, max_entities: int
     )
 
 
-def _type_surnames(first: dict[str, _Mention], etype: dict[str, str]) -> None:
-    """A one-word ENTITY that is the last word of a multi-word PERSON of the chunk is a PERSON too
+def _surnames_to_type(first: dict[str, _Mention], etype: dict[str, str]) -> list[str]:
+    """The one-word ENTITYs that are the last word of a multi-word PERSON of the chunk: PERSONs too
     ("Darwin" after "Charles Darwin")."""
     surnames = {
         entity_key(m.name.rsplit(None, 1)[-1])
         for key, m in first.items()
         if etype[key] == "PERSON" and " " in m.name
     }
-    for key, m in first.items():
-        if key in surnames and etype[key] == "ENTITY" and " " not in m.name:
-            etype[key] = "PERSON"
+    return [key for key, m in first.items() if key in surnames and etype[key] == "ENTITY" and " " not in m.name]
 
 
 def _entity_description(doc: _Doc, sentences: list[int]) -> str:

@@ -25,6 +25,7 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.llm.protocol import ChatClient
 
 Judge = Callable[[str, list[tuple[str, str]]], list[bool]]
 """An entity-resolution judge: (entity_type, [(name_a, name_b), ...]) -> one verdict per pair."""
@@ -568,7 +569,7 @@ class LLMJudge:
     An endpoint failure (LLMError) propagates: resolution must not silently skip pairs.
     """
 
-    def __init__(self, client, batch_size: int = 100, concurrency: int = 5):
+    def __init__(self, client: ChatClient, batch_size: int = 100, concurrency: int = 5):
         self.client = client
         self.batch_size = batch_size
         self.concurrency = concurrency

@@ -13,6 +13,7 @@ import polars as pl
 
 from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.ingest.tokens import count_tokens, truncate_tokens
+from graphrag_pipeline.llm.protocol import ChatClient
 
 MAX_FRAGMENTS = 12
 MAX_TOKENS = 600
@@ -37,7 +38,7 @@ def _prompt(kind: str, name: str, fragments: list[str], language: str) -> str:
                                                  description_list=listing, language=language, max_words=150)
 
 
-def summarise_long_descriptions(nodes: pl.DataFrame, edges: pl.DataFrame, client, *, language: str = prompts.DEFAULT_LANGUAGE,
+def summarise_long_descriptions(nodes: pl.DataFrame, edges: pl.DataFrame, client: ChatClient | None, *, language: str = prompts.DEFAULT_LANGUAGE,
                                 max_fragments: int = MAX_FRAGMENTS, max_tokens: int = MAX_TOKENS) -> tuple[pl.DataFrame, pl.DataFrame, SummaryStats]:
     """Replace `description` of long nodes/edges by an LLM summary (fragments are kept)."""
     stats = SummaryStats()

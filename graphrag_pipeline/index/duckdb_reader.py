@@ -11,7 +11,9 @@ import numpy as np
 from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline.settings import default_home
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
+from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import NHOP_ORDER_SQL
+from graphrag_pipeline.llm.protocol import EmbeddingClient
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -22,7 +24,7 @@ class IndexUnreadableError(IndexNotFoundError):
     """The index file exists but cannot be opened as a search index (damaged, or not readable)."""
 
 
-def index_embedder(meta: dict, dim: int, client=None):
+def index_embedder(meta: dict, dim: int, client: EmbeddingClient | None = None) -> Embedder:
     """The embedder an index was built with (the endpoint's model needs an LLM client)."""
     model = meta.get("embedding_model", "hashing")
     if model.startswith("hashing"):
@@ -34,7 +36,8 @@ def index_embedder(meta: dict, dim: int, client=None):
 
 
 class DuckDBIndex:
-    """The search index as published by the `search_index` asset (opened read-only)."""
+    """The search index as published by the `search_index` asset (opened read-only); implements
+    index/protocol.SearchIndex."""
 
     def __init__(self, path: Path, preload: bool = False):
         """preload: hold the vectors in memory (a few seconds to load; then each similarity search is
@@ -113,7 +116,7 @@ class DuckDBIndex:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def embedder(self, client=None):
+    def embedder(self, client: EmbeddingClient | None = None) -> Embedder:
         return index_embedder(self.meta, self.dim, client)
 
     def _rows(self, sql: str, params: list | None = None) -> list[dict]:

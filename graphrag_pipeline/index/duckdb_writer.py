@@ -39,6 +39,7 @@ import duckdb
 import polars as pl
 
 from graphrag_pipeline.index.records import COLUMNS, HASH, HASH_SCHEME, KEYS, NHOP_SCHEMA, TABLES, VECTOR_TABLES, IndexTables, add_vectors, build_index_rows, embed_texts, nhop_affected, nhop_paths, row_hashes, table_columns, with_hash, with_vectors
+from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import atomic_path
 
@@ -442,7 +443,7 @@ def _compare(con, rows: IndexTables, edges: pl.DataFrame, old_counts: dict[str, 
     return plans, len(affected)
 
 
-def _compatibility_problem(prev: dict, embedder) -> str | None:
+def _compatibility_problem(prev: dict, embedder: Embedder) -> str | None:
     if prev.get("schema_version") != SCHEMA_VERSION:
         return f"schema version {prev.get('schema_version')} -> {SCHEMA_VERSION}"
     if prev.get("row_hash_scheme") != HASH_SCHEME:
@@ -461,7 +462,7 @@ def publish_index(
     communities: pl.DataFrame,
     reports: list[CommunityReport],
     chunks: pl.DataFrame,
-    embedder,
+    embedder: Embedder,
     meta: dict,
     *,
     full_rebuild: bool = False,

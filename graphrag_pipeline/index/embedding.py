@@ -14,6 +14,8 @@ import zlib
 
 import numpy as np
 
+from graphrag_pipeline.llm.protocol import EmbeddingClient
+
 DEFAULT_DIM = 512
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
@@ -100,7 +102,7 @@ class HashingEmbedder:
 class EndpointEmbedder:
     """Embeddings from the LLM endpoint's embeddings API (through LLMClient.embed, cached)."""
 
-    def __init__(self, client):
+    def __init__(self, client: EmbeddingClient):
         self.client = client
         self._dim: int | None = None
 

@@ -1,4 +1,4 @@
-"""Read-only access to the search index in Elasticsearch (the same interface as DuckDBIndex).
+"""Read-only access to the search index in Elasticsearch (the SearchIndex protocol of index/protocol.py, as DuckDBIndex).
 
 Entity and relation recall by kNN on `q_<dim>_vec` with `knowledge_graph_kwd` filters, type
 recall by term query, community reports by `entity_keys_kwd`, chunks by kNN (and BM25 through
@@ -14,6 +14,8 @@ import numpy as np
 
 from graphrag_pipeline.index.es_writer import KG, EsConfig, EsIndexError, vector_field
 from graphrag_pipeline.index.duckdb_reader import IndexNotFoundError, index_embedder
+from graphrag_pipeline.index.protocol import Embedder
+from graphrag_pipeline.llm.protocol import EmbeddingClient
 
 SIM_DECIMALS = 6
 
@@ -66,10 +68,10 @@ class EsIndex:
         query = {"bool": {"filter": [{"term": {KG: kind}}, {"terms": {field: values}}]}}
         return [h["_source"] for h in self._search(query=query, source=fields, size=size, sort=sort)]
 
-    def embedder(self, client=None):
+    def embedder(self, client: EmbeddingClient | None = None) -> Embedder:
         return index_embedder(self.meta, self.dim, client)
 
-    # -- the DuckDBIndex interface ------------------------------------------------------------------
+    # -- the SearchIndex protocol (index/protocol.py) ------------------------------------------------------------------
     @staticmethod
     def _entity(src: dict) -> dict:
         return {"key": src["entity_key_kwd"], "name": src["entity_kwd"], "type": src["entity_type_kwd"],

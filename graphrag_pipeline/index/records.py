@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 import polars as pl
 
+from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.reports.offline import CommunityReport
 
 NHOP_MAX_NEIGHBOURS = 16
@@ -101,7 +102,7 @@ def embed_texts(table: str, df: pl.DataFrame) -> list[str]:
     raise ValueError(f"{table} has no vectors")
 
 
-def _vectors(embedder, texts: list[str], previous: pl.DataFrame | None = None, batch: int = 512) -> pl.Series:
+def _vectors(embedder: Embedder, texts: list[str], previous: pl.DataFrame | None = None, batch: int = 512) -> pl.Series:
     """Vectors of `texts`; those found in `previous` (columns text, embedding) are reused, not recomputed."""
     import numpy as np
 
@@ -125,7 +126,7 @@ def _vectors(embedder, texts: list[str], previous: pl.DataFrame | None = None, b
     return frame["embedding"].alias("embedding")
 
 
-def with_vectors(table: str, df: pl.DataFrame, embedder, previous: pl.DataFrame | None = None) -> pl.DataFrame:
+def with_vectors(table: str, df: pl.DataFrame, embedder: Embedder, previous: pl.DataFrame | None = None) -> pl.DataFrame:
     """Rows of `table` (with row_hash) with their vectors, in published column order."""
     return df.with_columns(_vectors(embedder, embed_texts(table, df), previous)).select(table_columns(table))
 
@@ -284,7 +285,7 @@ def build_index_rows(
     return IndexTables(**{name: with_hash(name, df) for name, df in frames.items()})
 
 
-def add_vectors(tables: IndexTables, embedder, previous: dict[str, pl.DataFrame] | None = None) -> IndexTables:
+def add_vectors(tables: IndexTables, embedder: Embedder, previous: dict[str, pl.DataFrame] | None = None) -> IndexTables:
     """The tables with vectors on every row of the VECTOR_TABLES (texts found in `previous` reused)."""
     previous = previous or {}
     return replace(tables, **{t: with_vectors(t, tables.get(t), embedder, previous.get(t)) for t in VECTOR_TABLES})
@@ -296,7 +297,7 @@ def build_index_tables(
     communities: pl.DataFrame,
     reports: list[CommunityReport],
     chunks: pl.DataFrame,
-    embedder,
+    embedder: Embedder,
     previous: dict[str, pl.DataFrame] | None = None,
 ) -> IndexTables:
     """chunks: chunk_id, doc_id, doc (relative path), position, text.

@@ -13,7 +13,9 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from graphrag_pipeline.index.protocol import SearchIndex
 from graphrag_pipeline.ingest.tokens import count_tokens, truncate_tokens
+from graphrag_pipeline.llm.protocol import ChatClient, QueryClient
 
 MODES = ("local", "global", "naive")
 
@@ -92,7 +94,7 @@ def _fit(rows: list[dict], render, budget: int) -> tuple[list[dict], int]:
     return kept, budget
 
 
-def analyze_question_llm(client, question: str, type_pool: dict[str, list[str]]) -> QueryAnalysis | None:
+def analyze_question_llm(client: ChatClient, question: str, type_pool: dict[str, list[str]]) -> QueryAnalysis | None:
     """The seeds' query rewrite: answer types from the index's type pool and entities named in the question."""
     import json
 
@@ -112,8 +114,8 @@ def analyze_question_llm(client, question: str, type_pool: dict[str, list[str]])
     return QueryAnalysis(types[:3], ents[:5] or [question])
 
 
-def local_search(index, question: str, params: SearchParams | None = None, analysis: QueryAnalysis | None = None,
-                 client=None) -> QueryResult:
+def local_search(index: SearchIndex, question: str, params: SearchParams | None = None, analysis: QueryAnalysis | None = None,
+                 client: QueryClient | None = None) -> QueryResult:
     p = params or SearchParams()
     embedder = index.embedder(client)
     if analysis is None and client is not None:
@@ -176,7 +178,7 @@ def local_search(index, question: str, params: SearchParams | None = None, analy
     return result
 
 
-def global_search(index, question: str, params: SearchParams | None = None, client=None) -> QueryResult:
+def global_search(index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None) -> QueryResult:
     """Community reports ranked by similarity to the question (ties: higher rating first)."""
     p = params or SearchParams()
     vec = index.embedder(client).embed_one(question)
@@ -190,7 +192,7 @@ def global_search(index, question: str, params: SearchParams | None = None, clie
     return result
 
 
-def naive_search(index, question: str, params: SearchParams | None = None, client=None) -> QueryResult:
+def naive_search(index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None) -> QueryResult:
     p = params or SearchParams()
     vec = index.embedder(client).embed_one(question)
     rows = index.chunks_by_vector(vec, p.chunk_topn)
@@ -200,7 +202,7 @@ def naive_search(index, question: str, params: SearchParams | None = None, clien
     return result
 
 
-def query(index, question: str, mode: str = "local", params: SearchParams | None = None, client=None,
+def query(index: SearchIndex, question: str, mode: str = "local", params: SearchParams | None = None, client: QueryClient | None = None,
           answer: bool = False) -> QueryResult:
     """Retrieve for `question`; with a client, the query is rewritten by the LLM (local mode) and,
     with answer=True, an answer is generated (global mode: map-reduce over community reports)."""
@@ -217,13 +219,13 @@ def query(index, question: str, mode: str = "local", params: SearchParams | None
     return result
 
 
-def local_answer(client, result: QueryResult, question: str) -> str:
+def local_answer(client: ChatClient, result: QueryResult, question: str) -> str:
     from graphrag_pipeline.llm import prompts
 
     return client.chat([{"role": "user", "content": prompts.LOCAL_ANSWER.format(context=result.context or "(no context found)", question=question)}]).text.strip()
 
 
-def global_answer(client, index, result: QueryResult, question: str, params: SearchParams) -> str:
+def global_answer(client: QueryClient, index: SearchIndex, result: QueryResult, question: str, params: SearchParams) -> str:
     """Map: each report yields scored points; points scoring 0 are dropped. Reduce: one answer."""
     from graphrag_pipeline.llm import prompts
     from graphrag_pipeline.llm.json_answers import parse_json_reply

@@ -61,6 +61,7 @@ from graphrag_pipeline.llm.json_answers import load_json
 from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding, community_subgraph, extractive_report
 from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm.protocol import ChatClient
 
 __all__ = [
     "LLM_FALLBACK_NOTE",
@@ -360,13 +361,13 @@ def _fallback(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame) -> Comm
     return report
 
 
-def report_generator(client) -> str:
+def report_generator(client: ChatClient | None) -> str:
     """What writes reports with this client (None: the extractive writer); a stored report written by
     the same generator for the same community id is reused instead of being written again."""
     return f"llm:{getattr(client, 'model', None) or 'unknown model'}" if client is not None else "extractive"
 
 
-def llm_report(client, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, language: str = prompts.DEFAULT_LANGUAGE,
+def llm_report(client: ChatClient, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, language: str = prompts.DEFAULT_LANGUAGE,
                max_tokens: int = 12000, sub_reports: dict[str, CommunityReport] | None = None,
                children: list[str] | None = None, max_attempts: int = 2) -> ReportOutcome:
     """The community's report written by ``client``; the extractive report (fallback=True) when no

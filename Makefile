@@ -5,11 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export GRAPHRAG_HOME ?= $(CURDIR)/.graphrag
 
-.PHONY: install demo test dev clean help es-start es-stop
+.PHONY: install demo test lint dev clean help es-start es-stop
 
 help:
 	@echo "make demo   - create the environment, build the bundled corpus offline, run sample queries"
-	@echo "make test   - create the environment if needed and run the full test suite"
+	@echo "make test   - create the environment if needed, lint (ruff check + format --check), run the full test suite"
 	@echo "make dev    - open the Dagster UI (lineage, sensors, backfills) on GRAPHRAG_HOME"
 	@echo "make es-start / es-stop - a local single-node Elasticsearch on 127.0.0.1:9200 (tests use it)"
 	@echo "make clean  - remove GRAPHRAG_HOME state (keeps the environment)"
@@ -29,8 +29,12 @@ demo: install
 	$(BIN)/graphrag-pipeline query "Who sailed with Charles Darwin on HMS Beagle?" --mode local
 	$(BIN)/graphrag-pipeline query "What were the main themes of science in Cambridge and London?" --mode global
 
-test: install es-start
+test: install es-start lint
 	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 es-start:
 	scripts/es.sh start

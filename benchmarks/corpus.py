@@ -41,20 +41,59 @@ TITLES = ["Dr.", "Professor", "Captain", "Judge", "Colonel", "Reverend"]
 ORG_STEMS = """Halden Northwind Blackmere Greystone Ashford Eastmarch Silverbrook Kestrel Meridian Oakhaven
 Redcliffe Stormhold Thornfield Westbury Whitmore Aldergate Brightwater Coldharbour Fairhaven Ironbridge
 Juniper Larkspur Millbrook Newhaven Pinecrest Queensbury Riverside Sandringham Tidewater Valemont""".split()
-ORG_KINDS = [("Shipping Company", "Shipping Co."), ("Railway Company", "Railway Co."), ("Bank", "Bank"),
-             ("Observatory", "Observatory"), ("Royal Academy", "Academy"), ("Institute of Natural History", "Institute"),
-             ("Mining Corporation", "Mining Corp."), ("Society of Engineers", "Society"), ("University", "University"),
-             ("Trading Company", "Trading Co."), ("Gazette", "Gazette"), ("Hospital", "Hospital"),
-             ("Botanical Garden", "Botanical Garden"), ("Telegraph Company", "Telegraph Co."), ("Museum", "Museum")]
+ORG_KINDS = [
+    ("Shipping Company", "Shipping Co."),
+    ("Railway Company", "Railway Co."),
+    ("Bank", "Bank"),
+    ("Observatory", "Observatory"),
+    ("Royal Academy", "Academy"),
+    ("Institute of Natural History", "Institute"),
+    ("Mining Corporation", "Mining Corp."),
+    ("Society of Engineers", "Society"),
+    ("University", "University"),
+    ("Trading Company", "Trading Co."),
+    ("Gazette", "Gazette"),
+    ("Hospital", "Hospital"),
+    ("Botanical Garden", "Botanical Garden"),
+    ("Telegraph Company", "Telegraph Co."),
+    ("Museum", "Museum"),
+]
 PLACE_STEMS = """Ardmore Ballinford Caldervale Dunmere Elderwick Farrowdale Glenhollow Harrowgate Inverlock
 Kilbrannan Lindenfield Marrowby Netherstow Oldcastle Pellingham Ravensworth Saltmarsh Tarrington
 Upperbridge Wexcombe Yarmouth Zennor Amberley Brackenridge Corrigan Drayfield Eskdale Fernhill Gorsedale
 Hollowmere""".split()
 PLACE_KINDS = ["", "Port ", "Lake ", "Mount ", "Fort ", "New ", "", ""]
 PLACE_SUFFIX = ["", "", " Harbour", " Valley", " Bay", " Island", "", " Falls"]
-EVENT_KINDS = ["Exhibition", "Conference", "Expedition", "Treaty", "Fire", "Strike", "Congress", "Regatta", "Flood", "Survey"]
-TOPICS = ["navigation", "railways", "astronomy", "medicine", "banking", "botany", "mining", "telegraphy",
-          "shipbuilding", "geology", "printing", "chemistry", "surveying", "trade", "engineering", "meteorology"]
+EVENT_KINDS = [
+    "Exhibition",
+    "Conference",
+    "Expedition",
+    "Treaty",
+    "Fire",
+    "Strike",
+    "Congress",
+    "Regatta",
+    "Flood",
+    "Survey",
+]
+TOPICS = [
+    "navigation",
+    "railways",
+    "astronomy",
+    "medicine",
+    "banking",
+    "botany",
+    "mining",
+    "telegraphy",
+    "shipbuilding",
+    "geology",
+    "printing",
+    "chemistry",
+    "surveying",
+    "trade",
+    "engineering",
+    "meteorology",
+]
 
 NOUNS = """report survey letter instrument ledger map voyage cargo experiment lecture contract bridge
 engine observatory telescope specimen harbour warehouse railway line factory mill account treaty
@@ -63,15 +102,57 @@ committee proposal measurement calculation chart journal archive loan""".split()
 ADJS = """careful ambitious uncertain remarkable detailed costly modest bold patient famous obscure
 thorough difficult promising lengthy decisive quiet sudden steady curious reliable disputed
 celebrated neglected practical elaborate""".split()
-VERBS_PP = ["met", "corresponded with", "worked alongside", "quarrelled with", "travelled with", "studied under",
-            "advised", "succeeded", "trained", "wrote to", "praised", "criticised", "recommended", "defended"]
-VERBS_PO = ["joined", "founded", "left", "funded", "directed", "reorganised", "represented", "sued", "advised",
-            "worked for", "lectured at", "wrote for", "resigned from", "was elected to"]
-VERBS_OO = ["merged with", "competed with", "lent money to", "signed an agreement with", "bought shares in",
-            "supplied", "sued", "cooperated with"]
+VERBS_PP = [
+    "met",
+    "corresponded with",
+    "worked alongside",
+    "quarrelled with",
+    "travelled with",
+    "studied under",
+    "advised",
+    "succeeded",
+    "trained",
+    "wrote to",
+    "praised",
+    "criticised",
+    "recommended",
+    "defended",
+]
+VERBS_PO = [
+    "joined",
+    "founded",
+    "left",
+    "funded",
+    "directed",
+    "reorganised",
+    "represented",
+    "sued",
+    "advised",
+    "worked for",
+    "lectured at",
+    "wrote for",
+    "resigned from",
+    "was elected to",
+]
+VERBS_OO = [
+    "merged with",
+    "competed with",
+    "lent money to",
+    "signed an agreement with",
+    "bought shares in",
+    "supplied",
+    "sued",
+    "cooperated with",
+]
 VERBS_PL = ["travelled to", "settled in", "returned to", "left", "surveyed", "lectured in", "was born in", "died in"]
-VERBS_OL = ["opened an office in", "built a depot near", "moved its headquarters to", "closed its branch in",
-            "acquired land at", "sent a delegation to"]
+VERBS_OL = [
+    "opened an office in",
+    "built a depot near",
+    "moved its headquarters to",
+    "closed its branch in",
+    "acquired land at",
+    "sent a delegation to",
+]
 YEARS = list(range(1801, 1900))
 _AN = re.compile(r"\b([Aa]) ([aeiouAEIOU])")
 
@@ -117,10 +198,22 @@ SENTENCES = {
         "The newspapers described the {noun} as {adj}.",
     ],
 }
-PAST = {"met": "met", "corresponded with": "told", "worked alongside": "shared", "quarrelled with": "drawn",
-        "travelled with": "reached", "studied under": "reached", "advised": "reached", "succeeded": "reached",
-        "trained": "taught", "wrote to": "sent", "praised": "drawn", "criticised": "drawn", "recommended": "drawn",
-        "defended": "drawn"}
+PAST = {
+    "met": "met",
+    "corresponded with": "told",
+    "worked alongside": "shared",
+    "quarrelled with": "drawn",
+    "travelled with": "reached",
+    "studied under": "reached",
+    "advised": "reached",
+    "succeeded": "reached",
+    "trained": "taught",
+    "wrote to": "sent",
+    "praised": "drawn",
+    "criticised": "drawn",
+    "recommended": "drawn",
+    "defended": "drawn",
+}
 
 
 @dataclass(frozen=True)
@@ -242,9 +335,17 @@ def _mention(rng: random.Random, e: Entity, first: bool) -> str:
 def _sentence(rng: random.Random, p: Pools, doc_cast: dict, topic: str, seen: set) -> str:
     kind = rng.choices(list(SENTENCES), weights=[5, 4, 2, 3, 2, 1, 3])[0]
     tpl = rng.choice(SENTENCES[kind])
-    vals = {"year": rng.choice(YEARS), "adj": rng.choice(ADJS), "noun": rng.choice(NOUNS), "topic": topic,
-            "vpp": rng.choice(VERBS_PP), "vpo": rng.choice(VERBS_PO), "voo": rng.choice(VERBS_OO),
-            "vpl": rng.choice(VERBS_PL), "vol": rng.choice(VERBS_OL)}
+    vals = {
+        "year": rng.choice(YEARS),
+        "adj": rng.choice(ADJS),
+        "noun": rng.choice(NOUNS),
+        "topic": topic,
+        "vpp": rng.choice(VERBS_PP),
+        "vpo": rng.choice(VERBS_PO),
+        "voo": rng.choice(VERBS_OO),
+        "vpl": rng.choice(VERBS_PL),
+        "vol": rng.choice(VERBS_OL),
+    }
     vals["vpp_past"] = PAST.get(vals["vpp"], "drawn")
 
     def ent(kind: str, avoid: Entity | None = None) -> Entity:
@@ -255,7 +356,14 @@ def _sentence(rng: random.Random, p: Pools, doc_cast: dict, topic: str, seen: se
                 return e
         return e
 
-    for slot, kind_ in (("P1", "person"), ("P2", "person"), ("O1", "org"), ("O2", "org"), ("L1", "place"), ("E1", "event")):
+    for slot, kind_ in (
+        ("P1", "person"),
+        ("P2", "person"),
+        ("O1", "org"),
+        ("O2", "org"),
+        ("L1", "place"),
+        ("E1", "event"),
+    ):
         if "{" + slot + "}" in tpl:
             avoid = vals.get("_P1") if slot == "P2" else vals.get("_O1") if slot == "O2" else None
             e = ent(kind_, avoid)
@@ -272,8 +380,10 @@ def document(i: int, seed: int = 1) -> tuple[str, str]:
     rng = random.Random(f"{seed}:{i}")
     t = p.zipf_index(rng, len(p.casts), 0.8)
     cast, topic = p.casts[t], p.topic_names[t]
-    doc_cast = {kind: list(dict.fromkeys(_pick(rng, p, cast, kind) for _ in range(n)))
-                for kind, n in (("person", 8), ("org", 4), ("place", 4), ("event", 2))}
+    doc_cast = {
+        kind: list(dict.fromkeys(_pick(rng, p, cast, kind) for _ in range(n)))
+        for kind, n in (("person", 8), ("org", 4), ("place", 4), ("event", 2))
+    }
     target = rng.randint(300, 800)
     seen: set = set()
     lead = doc_cast["person"][0]
@@ -304,8 +414,10 @@ def edit_document(path: Path, seed: int = 99) -> None:
     paras = text.split("\n\n")
     rng = random.Random(f"edit:{seed}:{path.name}")
     p = pools()
-    doc_cast = {kind: [p.by_kind[kind][p.zipf_index(rng, len(p.by_kind[kind]))] for _ in range(4)]
-                for kind in ("person", "org", "place", "event")}
+    doc_cast = {
+        kind: [p.by_kind[kind][p.zipf_index(rng, len(p.by_kind[kind]))] for _ in range(4)]
+        for kind in ("person", "org", "place", "event")
+    }
     new = " ".join(_sentence(rng, p, doc_cast, "revisions", set()) for _ in range(5))
     k = max(1, len(paras) // 2)
     paras[k] = new
@@ -322,8 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     paths = write_corpus(Path(args.out), args.docs, args.seed, args.start)
     words = sum(len(p.read_text(encoding="utf-8").split()) for p in paths[:200])
-    print(f"wrote {len(paths)} documents to {args.out} in {time.perf_counter() - t0:.1f}s "
-          f"(~{words / max(1, min(200, len(paths))):.0f} words each)", file=sys.stderr)
+    print(
+        f"wrote {len(paths)} documents to {args.out} in {time.perf_counter() - t0:.1f}s "
+        f"(~{words / max(1, min(200, len(paths))):.0f} words each)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -73,12 +73,19 @@ def linux_doc(cache: Path) -> dict:
     if len(debs) != 1:
         raise SystemExit(f"expected one .deb in {dl}, found {[d.name for d in debs]}")
     deb = debs[0]
-    version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     unpacked = root / "root"
     _log(f"dpkg-deb -x {deb.name} {unpacked}")
     subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
-    info = {"package": LINUX_DOC_PACKAGE, "version": version, "deb": deb.name, "deb_sha256": sha256(deb),
-            "source": "Debian package via apt-get download, unpacked with dpkg-deb -x"}
+    info = {
+        "package": LINUX_DOC_PACKAGE,
+        "version": version,
+        "deb": deb.name,
+        "deb_sha256": sha256(deb),
+        "source": "Debian package via apt-get download, unpacked with dpkg-deb -x",
+    }
     marker.write_text(json.dumps(info, indent=1))
     info["sources"] = str(unpacked / LINUX_DOC_SOURCES)
     return info
@@ -116,8 +123,23 @@ def alice_text(cache: Path) -> dict:
     sdists = sorted(root.glob("[Bb]rotli-*.tar.gz"))
     if not sdists:
         _log(f"pip download --no-binary :all: --no-deps brotli into {root}")
-        res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-                              "--disable-pip-version-check", "brotli", "-d", str(root)], capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "brotli",
+                "-d",
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             raise SystemExit(f"pip download brotli failed:\n{res.stdout[-1000:]}\n{res.stderr[-1000:]}")
         sdists = sorted(root.glob("[Bb]rotli-*.tar.gz"))
@@ -130,8 +152,13 @@ def alice_text(cache: Path) -> dict:
         if member is None:
             raise SystemExit(f"{sdist.name} has no {ALICE_MEMBER}")
         raw = tar.extractfile(member).read()
-    return {"text": raw.decode("latin-1"), "sdist": sdist.name, "brotli_version": version,
-            "sha256": hashlib.sha256(raw).hexdigest(), "member": member.name}
+    return {
+        "text": raw.decode("latin-1"),
+        "sdist": sdist.name,
+        "brotli_version": version,
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "member": member.name,
+    }
 
 
 def split_chapters(text: str) -> list[tuple[str, str]]:
@@ -145,7 +172,7 @@ def split_chapters(text: str) -> list[tuple[str, str]]:
         raise ValueError("no 'CHAPTER I' heading found")
     chapters = []
     for m, nxt in zip(marks, marks[1:] + [None]):
-        body = text[m.start(): nxt.start() if nxt else len(text)]
+        body = text[m.start() : nxt.start() if nxt else len(text)]
         if nxt is None:
             body = re.sub(r"\n\s*THE END\s*$", "\n", body.rstrip() + "\n")
         chapters.append((m.group(1), body.strip("\n") + "\n"))

@@ -18,7 +18,6 @@ also the tokenizer graphrag-pipeline chunks with.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -56,11 +55,13 @@ def main() -> int:
     for name in ("", "nano-graphrag", "httpx", "httpx2", "openai"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
-    client = AsyncOpenAI(base_url=args.base_url, api_key=os.environ.get("OPENAI_API_KEY", "bench"),
-                         max_retries=2, timeout=120)
+    client = AsyncOpenAI(
+        base_url=args.base_url, api_key=os.environ.get("OPENAI_API_KEY", "bench"), max_retries=2, timeout=120
+    )
 
-    async def complete(prompt, system_prompt=None, history_messages=[], **kwargs) -> str:
+    async def complete(prompt, system_prompt=None, history_messages=None, **kwargs) -> str:
         """nano-graphrag's model-function contract, with its response cache (hashing_kv)."""
+        history_messages = history_messages or []
         hashing_kv = kwargs.pop("hashing_kv", None)
         messages = []
         if system_prompt:
@@ -86,8 +87,11 @@ def main() -> int:
 
     rag = GraphRAG(
         working_dir=args.working_dir,
-        best_model_func=complete, cheap_model_func=complete, embedding_func=embed,
-        best_model_max_async=args.concurrency, cheap_model_max_async=args.concurrency,
+        best_model_func=complete,
+        cheap_model_func=complete,
+        embedding_func=embed,
+        best_model_max_async=args.concurrency,
+        cheap_model_max_async=args.concurrency,
         embedding_func_max_async=args.concurrency,
         tiktoken_model_name="gpt-4",
     )
@@ -98,11 +102,20 @@ def main() -> int:
     g = rag.chunk_entity_relation_graph._graph
     reports = len(rag.community_reports._data)
     chunks = len(rag.text_chunks._data)
-    print(json.dumps({
-        "insert_s": insert_s, "process_s": time.perf_counter() - t_start,
-        "nodes": g.number_of_nodes(), "edges": g.number_of_edges(),
-        "community_reports": reports, "chunks": chunks, "documents": len(rag.full_docs._data),
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "insert_s": insert_s,
+                "process_s": time.perf_counter() - t_start,
+                "nodes": g.number_of_nodes(),
+                "edges": g.number_of_edges(),
+                "community_reports": reports,
+                "chunks": chunks,
+                "documents": len(rag.full_docs._data),
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

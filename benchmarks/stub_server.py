@@ -35,14 +35,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from graphrag_pipeline.extract.offline import extract_fast  # noqa: E402
 from graphrag_pipeline.ingest.tokens import count_tokens  # noqa: E402
-from graphrag_pipeline_tests.fake_llm import C, FakeLLM, classify, records_for  # noqa: E402
+from graphrag_pipeline_tests.fake_llm import FakeLLM, classify, records_for  # noqa: E402
 from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer  # noqa: E402
 
 # nano-graphrag's prompts (nano_graphrag/prompt.py, v0.0.8), recognised by stable fragments
 NANO_KINDS = {
-    "nano_extract": "identify all entities of those types from the text and all relationships among the identified entities",
+    "nano_extract": "identify all entities of those types from the text and all relationships among the "
+    "identified entities",
     "nano_continue": "MANY entities were missed in the last extraction.",
     "nano_loop": "It appears some entities may have still been missed.",
     "nano_report": "Write a comprehensive report of a community",
@@ -83,11 +83,15 @@ def _nano_report(prompt: str) -> str:
     data = prompt.rsplit("# Real Data", 1)[-1]
     ents = data.split("-----Entities-----", 1)[-1].split("-----Relationships-----", 1)[0]
     names = [n.strip('"').strip() for n in re.findall(r'^\d+,\t"(.*?)",\t', ents, re.M)][:3] or ["Unknown"]
-    return json.dumps({
-        "title": " and ".join(names), "summary": f"The community around {names[0]}.",
-        "rating": 6.5, "rating_explanation": "Central entities of the corpus.",
-        "findings": [{"summary": f"{n} matters", "explanation": f"{n} appears in the data."} for n in names],
-    })
+    return json.dumps(
+        {
+            "title": " and ".join(names),
+            "summary": f"The community around {names[0]}.",
+            "rating": 6.5,
+            "rating_explanation": "Central entities of the corpus.",
+            "findings": [{"summary": f"{n} matters", "explanation": f"{n} appears in the data."} for n in names],
+        }
+    )
 
 
 class BenchLLM(FakeLLM):
@@ -133,11 +137,16 @@ class StubStats:
     def snapshot(self) -> dict:
         with self.lock:
             return {
-                "chat_calls": self.chat_calls, "embedding_calls": self.embedding_calls,
-                "embedding_inputs": self.embedding_inputs, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "embedding_tokens": self.embedding_tokens,
-                "max_in_flight_chats": self.max_in_flight_chats, "kinds": dict(sorted(self.kinds.items())),
-                "first_call_at": self.first_call_at, "last_call_end": self.last_call_end,
+                "chat_calls": self.chat_calls,
+                "embedding_calls": self.embedding_calls,
+                "embedding_inputs": self.embedding_inputs,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "embedding_tokens": self.embedding_tokens,
+                "max_in_flight_chats": self.max_in_flight_chats,
+                "kinds": dict(sorted(self.kinds.items())),
+                "first_call_at": self.first_call_at,
+                "last_call_end": self.last_call_end,
             }
 
     def reset(self) -> None:
@@ -223,8 +232,12 @@ class StubServer(ScriptedLLMServer):
             self.stats.embedding_calls += 1
             self.stats.embedding_inputs += len(inputs)
             self.stats.embedding_tokens += tokens
-        return {"object": "list", "data": data, "model": body.get("model", "stub"),
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", "stub"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def forget_requests(self) -> None:
         """Drop the recorded request bodies (the base class keeps them all; long benchmarks don't need them)."""
@@ -246,7 +259,9 @@ def embedding_vector(text: str, dim: int) -> list[float]:
     return vec
 
 
-def start_stub(port: int = 0, chat_latency_ms: float = 0.0, embed_latency_ms: float = 0.0, embed_dim: int = 64) -> StubServer:
+def start_stub(
+    port: int = 0, chat_latency_ms: float = 0.0, embed_latency_ms: float = 0.0, embed_dim: int = 64
+) -> StubServer:
     """Start a stub on 127.0.0.1 (``port`` 0 = any free port) in background threads."""
     server = StubServer(chat_latency_ms, embed_latency_ms, embed_dim)
     if port:

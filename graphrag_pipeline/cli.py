@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+from graphrag_pipeline import interrupts
 from graphrag_pipeline.settings import METHODS, PROJECT_ROOT, default_home
 from graphrag_pipeline.storage.layout import Paths
-from graphrag_pipeline import interrupts
 
 
 def _prepare_environment(args: argparse.Namespace) -> Paths:
@@ -86,8 +86,12 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         raise interrupts.Stop(signo)
     ok = result.success
     events = result.get_asset_materialization_events()
-    notices = [n for ev in events if "notices" in ev.event_specific_data.materialization.metadata
-               for n in ev.event_specific_data.materialization.metadata["notices"].value]
+    notices = [
+        n
+        for ev in events
+        if "notices" in ev.event_specific_data.materialization.metadata
+        for n in ev.event_specific_data.materialization.metadata["notices"].value
+    ]
     for n in notices[:20]:
         _say(f"  warning: {n['document']}: {n['note']}")
     if len(notices) > 20:
@@ -119,8 +123,10 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
                 passed.append(data.check_name)
             else:
                 ok = False
-                _say(f"  check FAILED: {data.check_name} on {data.asset_key.to_user_string()}: "
-                     + ", ".join(f"{k}={v.value}" for k, v in data.metadata.items()))
+                _say(
+                    f"  check FAILED: {data.check_name} on {data.asset_key.to_user_string()}: "
+                    + ", ".join(f"{k}={v.value}" for k, v in data.metadata.items())
+                )
     if passed:
         _say(f"  checks passed: {', '.join(passed)}")
     return ok, events
@@ -167,15 +173,20 @@ def downstream_lineage(defs) -> dict[str, list[str]]:
     from graphrag_pipeline.defs.partitions import documents_partitions
 
     graph = defs.resolve_asset_graph()
-    below, todo = set(), [k for k in graph.materializable_asset_keys if graph.get(k).partitions_def == documents_partitions]
+    below, todo = (
+        set(),
+        [k for k in graph.materializable_asset_keys if graph.get(k).partitions_def == documents_partitions],
+    )
     while todo:
         for child in graph.get(todo.pop()).child_keys:
             if child not in below:
                 below.add(child)
                 todo.append(child)
-    return {key.to_user_string(): sorted(p.to_user_string() for p in graph.get(key).parent_keys)
-            for key in graph.toposorted_asset_keys
-            if key in below and graph.get(key).partitions_def is None and key.to_user_string() != "elasticsearch_index"}
+    return {
+        key.to_user_string(): sorted(p.to_user_string() for p in graph.get(key).parent_keys)
+        for key in graph.toposorted_asset_keys
+        if key in below and graph.get(key).partitions_def is None and key.to_user_string() != "elasticsearch_index"
+    }
 
 
 def _downstream_stale(instance, defs) -> bool:
@@ -224,8 +235,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     lock = BuildLock(paths.home)
     try:
-        lock.acquire(wait=args.wait, on_wait=lambda h: _say(f"waiting for the build running on this home "
-                                                            f"(pid {h.get('pid')}) to finish ..."))
+        lock.acquire(
+            wait=args.wait,
+            on_wait=lambda h: _say(f"waiting for the build running on this home (pid {h.get('pid')}) to finish ..."),
+        )
     except HomeBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BUSY
@@ -236,13 +249,21 @@ def cmd_build(args: argparse.Namespace) -> int:
         from graphrag_pipeline.llm.client import cancel_all_clients
 
         cancel_all_clients()
-        print(f"build stopped by {exc}: what was finished is stored and the published index is unchanged or complete; "
-              "run `graphrag-pipeline build` again to continue", file=sys.stderr, flush=True)
+        print(
+            f"build stopped by {exc}: what was finished is stored and the published index is unchanged or complete; "
+            "run `graphrag-pipeline build` again to continue",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + exc.signo
     except EndpointDown:
-        print("build stopped: the LLM endpoint is not answering (see above). What was finished is stored; the "
-              "published index is unchanged. Run `graphrag-pipeline build` again when the endpoint works: it "
-              "continues with what is left.", file=sys.stderr, flush=True)
+        print(
+            "build stopped: the LLM endpoint is not answering (see above). What was finished is stored; the "
+            "published index is unchanged. Run `graphrag-pipeline build` again when the endpoint works: it "
+            "continues with what is left.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     except OSError as exc:
         from graphrag_pipeline.storage.files import describe_os_error
@@ -257,17 +278,16 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace, paths: Paths) -> int:
     import dagster as dg
 
-    from graphrag_pipeline.settings import default_corpus, default_method, setting
-    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
-    from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
-    from graphrag_pipeline.storage.store import Store
-    from graphrag_pipeline.storage.verify import downstream_problems
     from graphrag_pipeline.definitions import defs
-    from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags
     from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
     from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, documents_partitions
-
+    from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags
     from graphrag_pipeline.llm.client import forget_endpoint_health
+    from graphrag_pipeline.settings import default_corpus, default_method, setting
+    from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
+    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
+    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline.storage.verify import downstream_problems
 
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
@@ -275,9 +295,15 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say(f"removed a temporary file left by an interrupted build: {leftover}")
     record = read_home_record(paths.home)
     try:
-        chosen = reconcile_settings(record, default_corpus(), bool(args.corpus),
-                                    args.method or default_method(), bool(args.method),
-                                    switch_corpus=args.switch_corpus, switch_method=args.switch_method)
+        chosen = reconcile_settings(
+            record,
+            default_corpus(),
+            bool(args.corpus),
+            args.method or default_method(),
+            bool(args.method),
+            switch_corpus=args.switch_corpus,
+            switch_method=args.switch_method,
+        )
     except SettingsConflict as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -297,21 +323,31 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     corpus_cache = paths.state_dir / "corpus-files.json"
     cached = read_json(corpus_cache, {}) if not (args.recluster or args.switch_method) else {}
     store = Store(paths)
-    plan = plan_sync(corpus, existing, store, method, previous=None,
-                     cache=cached.get("files") if cached.get("corpus") == str(corpus) else None)
+    plan = plan_sync(
+        corpus,
+        existing,
+        store,
+        method,
+        previous=None,
+        cache=cached.get("files") if cached.get("corpus") == str(corpus) else None,
+    )
     for err in plan.errors.values():
         _say(f"  warning: cannot read {err}")
     if not plan.states and existing and not args.allow_empty:
-        print(f"error: the corpus {corpus} has no documents; building would remove all {len(existing)} documents of "
-              "this knowledge base. Check the path (an unmounted drive?), or pass --allow-empty to empty it.",
-              file=sys.stderr)
+        print(
+            f"error: the corpus {corpus} has no documents; building would remove all {len(existing)} documents of "
+            "this knowledge base. Check the path (an unmounted drive?), or pass --allow-empty to empty it.",
+            file=sys.stderr,
+        )
         return 2
     model = setting("GRAPHRAG_LLM_MODEL") if method != "fast" else None
     write_home_record(paths.home, str(corpus), method, model)
     change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
     write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache)
-    _say(f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
-         f"{len(plan.stale)} to process")
+    _say(
+        f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
+        f"{len(plan.stale)} to process"
+    )
 
     ok = True
     batches = plan.batches(args.batch_size)
@@ -324,14 +360,33 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)
         job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
-        _say(f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}" + (f" .. {batch[-1]}" if len(batch) > 1 else "")
-             + (" (then merge, resolve, cluster)" if last else ""))
+        _say(
+            f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}"
+            + (f" .. {batch[-1]}" if len(batch) > 1 else "")
+            + (" (then merge, resolve, cluster)" if last else "")
+        )
         wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
         success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None)
         ok &= success
         graph_done = last and success
-        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits",
-                                                                         "entities", "relations", "merged_pairs", "communities", "communities_changed")))
+        _say(
+            f"  {'done' if success else 'FAILED'}: "
+            + _describe(
+                events,
+                (
+                    "documents",
+                    "chunks",
+                    "skipped",
+                    "entity_mentions",
+                    "cache_hits",
+                    "entities",
+                    "relations",
+                    "merged_pairs",
+                    "communities",
+                    "communities_changed",
+                ),
+            )
+        )
 
     if downstream or not ok:
         if not graph_done:
@@ -339,7 +394,10 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             success, events = _run_job(defs, instance, "graph_job", ops=recluster)
             ok &= success
             graph_done = success
-            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "merged_pairs", "communities", "communities_changed")))
+            _say(
+                f"  {'done' if success else 'FAILED'}: "
+                + _describe(events, ("entities", "relations", "merged_pairs", "communities", "communities_changed"))
+            )
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
@@ -351,12 +409,41 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                 wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
                 success, events = _run_job(defs, instance, job, range_tags(batch))
                 ok &= success
-                _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("reports", "llm_calls", "entities", "relations",
-                                                                                 "community_reports", "chunks", "es_written", "es_deleted")))
+                _say(
+                    f"  {'done' if success else 'FAILED'}: "
+                    + _describe(
+                        events,
+                        (
+                            "reports",
+                            "llm_calls",
+                            "entities",
+                            "relations",
+                            "community_reports",
+                            "chunks",
+                            "es_written",
+                            "es_deleted",
+                        ),
+                    )
+                )
             if not report_batches:
                 success, events = _run_job(defs, instance, "index_job")
                 ok &= success
-                _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("entities", "relations", "community_reports", "chunks", "es_written", "es_deleted", "es_unchanged", "skipped")))
+                _say(
+                    f"  {'done' if success else 'FAILED'}: "
+                    + _describe(
+                        events,
+                        (
+                            "entities",
+                            "relations",
+                            "community_reports",
+                            "chunks",
+                            "es_written",
+                            "es_deleted",
+                            "es_unchanged",
+                            "skipped",
+                        ),
+                    )
+                )
     elif _elasticsearch_stale(paths):
         _say("[index] Elasticsearch is behind the local index: syncing it")
         success, events = _run_job(defs, instance, "index_job")
@@ -386,11 +473,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         with open_index(paths.home) as index:
             counts = index.counts()
-            stats.update({
-                "documents": int(index.meta.get("documents", 0)), "chunks": counts.get("chunks", 0),
-                "entities": counts.get("entities", 0), "relations": counts.get("relations", 0),
-                "communities": int(index.meta.get("communities", 0)), "community_reports": counts.get("community_reports", 0),
-            })
+            stats.update(
+                {
+                    "documents": int(index.meta.get("documents", 0)),
+                    "chunks": counts.get("chunks", 0),
+                    "entities": counts.get("entities", 0),
+                    "relations": counts.get("relations", 0),
+                    "communities": int(index.meta.get("communities", 0)),
+                    "community_reports": counts.get("community_reports", 0),
+                }
+            )
     except IndexNotFoundError as exc:
         if not args.json:
             _say(str(exc))
@@ -423,8 +515,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         if problem:
             print(f"warning: the LLM cache cannot be read ({problem}); querying without it", file=sys.stderr)
     if args.answer and client is None:
-        print("note: no LLM endpoint is set (OPENAI_API_KEY / OPENAI_BASE_URL), so no answer is generated; "
-              "the retrieved context is shown instead", file=sys.stderr)
+        print(
+            "note: no LLM endpoint is set (OPENAI_API_KEY / OPENAI_BASE_URL), so no answer is generated; "
+            "the retrieved context is shown instead",
+            file=sys.stderr,
+        )
     try:
         with open_index(paths.home) as index:
             result = query(index, args.question, args.mode, SearchParams(), client=client, answer=args.answer)
@@ -478,7 +573,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = Store.__new__(Store)  # a reader: do not create folders in the home
     store.paths = paths
     record = read_home_record(home)
-    doc_keys = sorted(p.name[: -len(".json")] for p in paths.doc_dir("chunks").glob("*.json") if not p.name.startswith("."))
+    doc_keys = sorted(
+        p.name[: -len(".json")] for p in paths.doc_dir("chunks").glob("*.json") if not p.name.startswith(".")
+    )
     try:
         comms = store.read_communities()
         report_ids = comms.filter(comms["size"] >= 2)["community_id"].to_list()
@@ -488,9 +585,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     problems = verify_home(paths, store, doc_keys, record.method if record else "fast", report_ids)
     for p in problems:
         _say(f"problem: {p}")
-    _say(f"verified {len(doc_keys)} documents, {len(report_ids)} reports, the graph and the index in "
-         f"{time.perf_counter() - started:.1f}s: " + ("all good" if not problems else
-                                                      f"{len(problems)} problems; `graphrag-pipeline build` repairs them"))
+    _say(
+        f"verified {len(doc_keys)} documents, {len(report_ids)} reports, the graph and the index in "
+        f"{time.perf_counter() - started:.1f}s: "
+        + ("all good" if not problems else f"{len(problems)} problems; `graphrag-pipeline build` repairs them")
+    )
     return 1 if problems else 0
 
 
@@ -517,19 +616,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="sync partitions with the corpus and materialize everything stale or missing")
     b.add_argument("--corpus", help="corpus directory (default: $GRAPHRAG_CORPUS, else data/corpus)")
-    b.add_argument("--method", choices=METHODS, help="extraction method (default: $GRAPHRAG_METHOD, else light with OPENAI_API_KEY, else fast)")
+    b.add_argument(
+        "--method",
+        choices=METHODS,
+        help="extraction method (default: $GRAPHRAG_METHOD, else light with OPENAI_API_KEY, else fast)",
+    )
     b.add_argument("--batch-size", type=int, default=500, help="documents per run (default 500)")
-    b.add_argument("--recluster", action="store_true",
-                   help="cluster communities from scratch instead of updating the previous partition")
+    b.add_argument(
+        "--recluster",
+        action="store_true",
+        help="cluster communities from scratch instead of updating the previous partition",
+    )
     b.add_argument("--wait", action="store_true", help="if another build is running on this home, wait for it")
-    b.add_argument("--wait-timeout", type=float, default=600.0,
-                   help="seconds to wait for a free slot of the llm pool held by another run (default 600)")
-    b.add_argument("--switch-corpus", action="store_true",
-                   help="rebuild this home from a corpus other than the one it was built from")
-    b.add_argument("--switch-method", action="store_true",
-                   help="extract every document again with a method other than the one this home was built with")
-    b.add_argument("--allow-empty", action="store_true",
-                   help="let an empty corpus remove every document of a built knowledge base")
+    b.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for a free slot of the llm pool held by another run (default 600)",
+    )
+    b.add_argument(
+        "--switch-corpus",
+        action="store_true",
+        help="rebuild this home from a corpus other than the one it was built from",
+    )
+    b.add_argument(
+        "--switch-method",
+        action="store_true",
+        help="extract every document again with a method other than the one this home was built with",
+    )
+    b.add_argument(
+        "--allow-empty", action="store_true", help="let an empty corpus remove every document of a built knowledge base"
+    )
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("stats", help="counts of the published index and LLM usage")
@@ -548,7 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="output file (default graph.graphml)")
     e.set_defaults(func=cmd_export)
 
-    v = sub.add_parser("verify", help="check every file of the home (checksums, readability, the index against the graph)")
+    v = sub.add_parser(
+        "verify", help="check every file of the home (checksums, readability, the index against the graph)"
+    )
     v.set_defaults(func=cmd_verify)
 
     d = sub.add_parser("dev", help="open the Dagster UI on this GRAPHRAG_HOME (extra args go to `dagster dev`)")

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("fast", "light", "general")
@@ -68,41 +69,76 @@ def _es_index_default(env: Env) -> str:
     return es_index_for(setting("GRAPHRAG_HOME", env))
 
 
-SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("GRAPHRAG_HOME", "path", help="all state of one knowledge base", default_text="`.graphrag` in the checkout",
-            compute=_home_default),
-    Setting("GRAPHRAG_CORPUS", "path", help="the corpus folder of a new home", default_text="data/corpus",
-            compute=lambda env: PROJECT_ROOT / "data" / "corpus"),
-    Setting("GRAPHRAG_METHOD", "method", help="extraction method of a new home: " + ", ".join(METHODS),
-            default_text="light when OPENAI_API_KEY is set, else fast", compute=_method_default),
-    Setting("GRAPHRAG_CHUNK_TOKENS", "int", "2000", "maximum tokens per chunk", minimum=100),
-    Setting("GRAPHRAG_CHUNK_OVERLAP", "int", "100", "tokens repeated from the previous chunk", minimum=0),
-    Setting("GRAPHRAG_MAX_DOCUMENT_BYTES", "int", str(20 * 1024 * 1024), "larger files are truncated", minimum=1),
-    Setting("GRAPHRAG_MAX_CLUSTER_SIZE", "int", "12", "Leiden's maximum cluster size", minimum=2),
-    Setting("OPENAI_API_KEY", "secret", help="the endpoint's key (never in config, logs or metadata)"),
-    Setting("OPENAI_BASE_URL", "url", help="an OpenAI-compatible endpoint", example="http://127.0.0.1:8000/v1"),
-    Setting("GRAPHRAG_LLM_MODEL", "name", "gpt-4o-mini", "chat model"),
-    Setting("GRAPHRAG_EMBEDDING_MODEL", "name", OFFLINE_EMBEDDER,
-            f"{OFFLINE_EMBEDDER} = the offline embedder; anything else = that model on the endpoint"),
-    Setting("GRAPHRAG_MAX_CONCURRENT_CHATS", "int", "10", "chat calls in flight at once per process", minimum=1),
-    Setting("GRAPHRAG_LLM_TIMEOUT", "int", "120", "seconds per call", minimum=1, note=" seconds"),
-    Setting("GRAPHRAG_LLM_MAX_RETRIES", "int", "5", "retries of a failing call", minimum=0),
-    Setting("GRAPHRAG_LLM_BREAKER", "int", "3", "calls in a row that failed before the build stops", minimum=0,
-            note="; 0 = never"),
-    Setting("GRAPHRAG_LANGUAGE", "name", "English", "language of descriptions and reports"),
-    Setting("GRAPHRAG_ENTITY_TYPES", "list", "organization,person,geo,event,category", "entity types asked for"),
-    Setting("GRAPHRAG_MAX_GLEANINGS", "int", "-1", "gleaning rounds", minimum=-1, note=" = the method's default"),
-    Setting("GRAPHRAG_LLM_RESOLUTION", "bool", "true", "judge resolution candidates with the LLM"),
-    Setting("GRAPHRAG_LLM_REPORTS", "bool", "true", "write community reports with the LLM"),
-    Setting("GRAPHRAG_ES_URL", "url", help="Elasticsearch URL; unset: no Elasticsearch", example="http://127.0.0.1:9200"),
-    Setting("GRAPHRAG_ES_INDEX", "es_index", help="the alias of this knowledge base",
-            default_text=f"{ES_INDEX_PREFIX}<hash of GRAPHRAG_HOME>", compute=_es_index_default),
-    Setting("GRAPHRAG_ES_API_KEY", "secret", help="API key authentication"),
-    Setting("GRAPHRAG_ES_USERNAME", "text", help="basic authentication"),
-    Setting("GRAPHRAG_ES_PASSWORD", "secret", help="basic authentication"),
-    Setting("GRAPHRAG_ES_CA_CERTS", "file", help="CA bundle for https", default_text="the system store"),
-    Setting("GRAPHRAG_ES_VERIFY_CERTS", "bool", "true", "TLS verification"),
-)}
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting(
+            "GRAPHRAG_HOME",
+            "path",
+            help="all state of one knowledge base",
+            default_text="`.graphrag` in the checkout",
+            compute=_home_default,
+        ),
+        Setting(
+            "GRAPHRAG_CORPUS",
+            "path",
+            help="the corpus folder of a new home",
+            default_text="data/corpus",
+            compute=lambda env: PROJECT_ROOT / "data" / "corpus",
+        ),
+        Setting(
+            "GRAPHRAG_METHOD",
+            "method",
+            help="extraction method of a new home: " + ", ".join(METHODS),
+            default_text="light when OPENAI_API_KEY is set, else fast",
+            compute=_method_default,
+        ),
+        Setting("GRAPHRAG_CHUNK_TOKENS", "int", "2000", "maximum tokens per chunk", minimum=100),
+        Setting("GRAPHRAG_CHUNK_OVERLAP", "int", "100", "tokens repeated from the previous chunk", minimum=0),
+        Setting("GRAPHRAG_MAX_DOCUMENT_BYTES", "int", str(20 * 1024 * 1024), "larger files are truncated", minimum=1),
+        Setting("GRAPHRAG_MAX_CLUSTER_SIZE", "int", "12", "Leiden's maximum cluster size", minimum=2),
+        Setting("OPENAI_API_KEY", "secret", help="the endpoint's key (never in config, logs or metadata)"),
+        Setting("OPENAI_BASE_URL", "url", help="an OpenAI-compatible endpoint", example="http://127.0.0.1:8000/v1"),
+        Setting("GRAPHRAG_LLM_MODEL", "name", "gpt-4o-mini", "chat model"),
+        Setting(
+            "GRAPHRAG_EMBEDDING_MODEL",
+            "name",
+            OFFLINE_EMBEDDER,
+            f"{OFFLINE_EMBEDDER} = the offline embedder; anything else = that model on the endpoint",
+        ),
+        Setting("GRAPHRAG_MAX_CONCURRENT_CHATS", "int", "10", "chat calls in flight at once per process", minimum=1),
+        Setting("GRAPHRAG_LLM_TIMEOUT", "int", "120", "seconds per call", minimum=1, note=" seconds"),
+        Setting("GRAPHRAG_LLM_MAX_RETRIES", "int", "5", "retries of a failing call", minimum=0),
+        Setting(
+            "GRAPHRAG_LLM_BREAKER",
+            "int",
+            "3",
+            "calls in a row that failed before the build stops",
+            minimum=0,
+            note="; 0 = never",
+        ),
+        Setting("GRAPHRAG_LANGUAGE", "name", "English", "language of descriptions and reports"),
+        Setting("GRAPHRAG_ENTITY_TYPES", "list", "organization,person,geo,event,category", "entity types asked for"),
+        Setting("GRAPHRAG_MAX_GLEANINGS", "int", "-1", "gleaning rounds", minimum=-1, note=" = the method's default"),
+        Setting("GRAPHRAG_LLM_RESOLUTION", "bool", "true", "judge resolution candidates with the LLM"),
+        Setting("GRAPHRAG_LLM_REPORTS", "bool", "true", "write community reports with the LLM"),
+        Setting(
+            "GRAPHRAG_ES_URL", "url", help="Elasticsearch URL; unset: no Elasticsearch", example="http://127.0.0.1:9200"
+        ),
+        Setting(
+            "GRAPHRAG_ES_INDEX",
+            "es_index",
+            help="the alias of this knowledge base",
+            default_text=f"{ES_INDEX_PREFIX}<hash of GRAPHRAG_HOME>",
+            compute=_es_index_default,
+        ),
+        Setting("GRAPHRAG_ES_API_KEY", "secret", help="API key authentication"),
+        Setting("GRAPHRAG_ES_USERNAME", "text", help="basic authentication"),
+        Setting("GRAPHRAG_ES_PASSWORD", "secret", help="basic authentication"),
+        Setting("GRAPHRAG_ES_CA_CERTS", "file", help="CA bundle for https", default_text="the system store"),
+        Setting("GRAPHRAG_ES_VERIFY_CERTS", "bool", "true", "TLS verification"),
+    )
+}
 
 
 def _raw(env: Env, name: str) -> str | None:
@@ -132,8 +168,9 @@ def _parse(s: Setting, text: str) -> Any:
         try:
             return int(text.strip())
         except ValueError:
-            raise ValueError(f"{s.name} must be a whole number >= {s.minimum} (default {s.describe_default()}), "
-                             f"got {text!r}") from None
+            raise ValueError(
+                f"{s.name} must be a whole number >= {s.minimum} (default {s.describe_default()}), got {text!r}"
+            ) from None
     if s.kind == "bool":
         return parse_bool(text)
     if s.kind == "list":

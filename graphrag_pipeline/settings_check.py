@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from graphrag_pipeline.settings import FALSE_WORDS, METHODS, SETTINGS, TRUE_WORDS, parse_list
@@ -21,7 +21,9 @@ from graphrag_pipeline.settings import default as default_of
 _MAX_INT = 2**31 - 1  # native code (Leiden, SQLite busy timeouts...) takes 32-bit integers
 
 # smallest allowed value and default (as messages show it) of each whole-number setting, from the one table
-_INTS: dict[str, tuple[int, str]] = {s.name: (s.minimum, s.describe_default()) for s in SETTINGS.values() if s.kind == "int"}
+_INTS: dict[str, tuple[int, str]] = {
+    s.name: (s.minimum, s.describe_default()) for s in SETTINGS.values() if s.kind == "int"
+}
 _BOOLS = {s.name: s.describe_default() for s in SETTINGS.values() if s.kind == "bool"}
 # free text: any value is usable
 FREE_TEXT = tuple(s.name for s in SETTINGS.values() if s.kind in ("name", "text", "secret"))
@@ -46,8 +48,9 @@ def _parse_int(raw: str) -> int | None:
     return int(text)
 
 
-def _check_int(env: Mapping[str, str], name: str, lo: int, default: str, hi: int | None = None,
-               allowed: str | None = None) -> tuple[str | None, int | None]:
+def _check_int(
+    env: Mapping[str, str], name: str, lo: int, default: str, hi: int | None = None, allowed: str | None = None
+) -> tuple[str | None, int | None]:
     raw = _value(env, name)
     if raw is None:
         return None, None
@@ -69,7 +72,9 @@ def _check_url(name: str, raw: str, what: str) -> str | None:
     except ValueError as exc:
         return f"{name}: not a valid URL ({exc}); expected {what}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = parts._replace(netloc=parts.hostname or "").geturl() if (parts.username or parts.password) else raw.strip()
+        shown = (
+            parts._replace(netloc=parts.hostname or "").geturl() if (parts.username or parts.password) else raw.strip()
+        )
         return f"{name}={_show(shown)}: must be an http:// or https:// URL with a host, e.g. {what}"
     return None
 
@@ -102,8 +107,10 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
 
     method = _value(env, "GRAPHRAG_METHOD")
     if method is not None and method.strip().lower() not in METHODS:
-        add(f"GRAPHRAG_METHOD={_show(method)}: must be one of {', '.join(METHODS)} "
-            f"(default {SETTINGS['GRAPHRAG_METHOD'].describe_default()})")
+        add(
+            f"GRAPHRAG_METHOD={_show(method)}: must be one of {', '.join(METHODS)} "
+            f"(default {SETTINGS['GRAPHRAG_METHOD'].describe_default()})"
+        )
 
     values: dict[str, int | None] = {}
     for name, (lo, default) in _INTS.items():
@@ -114,9 +121,13 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
     tokens = values.get("GRAPHRAG_CHUNK_TOKENS") or default_of("GRAPHRAG_CHUNK_TOKENS")
     # overlap must stay below half a chunk (the chunker would silently cut a larger one down)
     most = max(0, (tokens - 1) // 2)
-    line, _ = _check_int(env, "GRAPHRAG_CHUNK_OVERLAP", *_INTS["GRAPHRAG_CHUNK_OVERLAP"], hi=most,
-                         allowed=f"a whole number >= 0 and less than half of GRAPHRAG_CHUNK_TOKENS ({tokens}), "
-                                 f"so at most {most}")
+    line, _ = _check_int(
+        env,
+        "GRAPHRAG_CHUNK_OVERLAP",
+        *_INTS["GRAPHRAG_CHUNK_OVERLAP"],
+        hi=most,
+        allowed=f"a whole number >= 0 and less than half of GRAPHRAG_CHUNK_TOKENS ({tokens}), so at most {most}",
+    )
     add(line)
 
     for name, default in _BOOLS.items():
@@ -126,8 +137,10 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
 
     types = _value(env, "GRAPHRAG_ENTITY_TYPES")
     if types is not None and not parse_list(types):
-        add(f"GRAPHRAG_ENTITY_TYPES={_show(types)}: must name at least one entity type, comma-separated "
-            f"(default {SETTINGS['GRAPHRAG_ENTITY_TYPES'].describe_default()})")
+        add(
+            f"GRAPHRAG_ENTITY_TYPES={_show(types)}: must name at least one entity type, comma-separated "
+            f"(default {SETTINGS['GRAPHRAG_ENTITY_TYPES'].describe_default()})"
+        )
 
     for name in (s.name for s in SETTINGS.values() if s.kind == "name"):
         raw = _value(env, name)
@@ -144,10 +157,14 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
     if alias is not None:
         why = _es_index_problem(alias.strip())
         if why:
-            add(f"GRAPHRAG_ES_INDEX={_show(alias)}: {why} (an Elasticsearch index/alias name; "
-                f"default {SETTINGS['GRAPHRAG_ES_INDEX'].describe_default()})")
+            add(
+                f"GRAPHRAG_ES_INDEX={_show(alias)}: {why} (an Elasticsearch index/alias name; "
+                f"default {SETTINGS['GRAPHRAG_ES_INDEX'].describe_default()})"
+            )
     if _value(env, "GRAPHRAG_ES_PASSWORD") is not None and _value(env, "GRAPHRAG_ES_USERNAME") is None:
-        user_in_url = bool(es_url) and not _check_url("GRAPHRAG_ES_URL", es_url, "") and bool(urlsplit(es_url.strip()).username)
+        user_in_url = (
+            bool(es_url) and not _check_url("GRAPHRAG_ES_URL", es_url, "") and bool(urlsplit(es_url.strip()).username)
+        )
         if not user_in_url:
             add("GRAPHRAG_ES_PASSWORD is set but GRAPHRAG_ES_USERNAME is not (nor a user in GRAPHRAG_ES_URL)")
 
@@ -160,8 +177,10 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
                     add(f"{name}={_show(raw)}: exists but is not a folder")
         ca = _value(env, "GRAPHRAG_ES_CA_CERTS")
         if ca is not None and not os.path.isfile(os.path.expanduser(ca.strip())):
-            add(f"GRAPHRAG_ES_CA_CERTS={_show(ca)}: no such file (a CA bundle in PEM format; "
-                f"default: {SETTINGS['GRAPHRAG_ES_CA_CERTS'].describe_default()})")
+            add(
+                f"GRAPHRAG_ES_CA_CERTS={_show(ca)}: no such file (a CA bundle in PEM format; "
+                f"default: {SETTINGS['GRAPHRAG_ES_CA_CERTS'].describe_default()})"
+            )
     return problems
 
 

@@ -14,8 +14,8 @@ import re
 import threading
 from collections import Counter
 
-from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.extract.offline import extract_fast
+from graphrag_pipeline.llm import prompts
 
 T, R, C = prompts.TUPLE_DELIMITER, prompts.RECORD_DELIMITER, prompts.COMPLETION_DELIMITER
 
@@ -58,16 +58,20 @@ def records_for(text: str, light: bool, quote: bool = True) -> str:
     q = (lambda s: f'"{s}"') if quote else (lambda s: s)
     lines = []
     for e in ext.entities:
-        lines.append(f'({q("entity")}{T}{q(e.name.upper())}{T}{q(e.type.lower())}{T}{q(e.description)})')
+        lines.append(f"({q('entity')}{T}{q(e.name.upper())}{T}{q(e.type.lower())}{T}{q(e.description)})")
     for r in ext.relations:
         strength = min(10, 4 + int(r.weight))
         if light:
             kw = ", ".join(r.keywords) or "related"
-            lines.append(f'({q("relationship")}{T}{q(r.source.upper())}{T}{q(r.target.upper())}{T}{q(r.description)}{T}{q(kw)}{T}{strength})')
+            lines.append(
+                f"({q('relationship')}{T}{q(r.source.upper())}{T}{q(r.target.upper())}{T}{q(r.description)}{T}{q(kw)}{T}{strength})"
+            )
         else:
-            lines.append(f'({q("relationship")}{T}{q(r.source.upper())}{T}{q(r.target.upper())}{T}{q(r.description)}{T}{strength})')
+            lines.append(
+                f"({q('relationship')}{T}{q(r.source.upper())}{T}{q(r.target.upper())}{T}{q(r.description)}{T}{strength})"
+            )
     if light and ext.content_keywords:
-        lines.append(f'({q("content_keywords")}{T}{q(", ".join(ext.content_keywords[:3]))})')
+        lines.append(f"({q('content_keywords')}{T}{q(', '.join(ext.content_keywords[:3]))})")
     return (R + "\n").join(lines) + C
 
 
@@ -121,20 +125,31 @@ class FakeLLM:
             name = re.search(r"^(?:Entity|Relation): (.+)$", prompt, re.M)
             return f"Merged description of {name.group(1) if name else 'it'}."
         if kind == "resolution":
-            pairs = re.findall(r'Question (\d+): Is the [^"]* "(.*)" the same as "(.*)"\?', prompt.split("Real data", 1)[-1])
-            lines = [f'For Question {i}, "{a}" and "{b}" are ' + ("the same entity." if same_entity(a, b) else "different entities.")
-                     for i, a, b in pairs]
+            pairs = re.findall(
+                r'Question (\d+): Is the [^"]* "(.*)" the same as "(.*)"\?', prompt.split("Real data", 1)[-1]
+            )
+            lines = [
+                f'For Question {i}, "{a}" and "{b}" are '
+                + ("the same entity." if same_entity(a, b) else "different entities.")
+                for i, a, b in pairs
+            ]
             return (R + "\n").join(lines)
         if kind == "report":
             if self.report_override:
                 return self.report_override(prompt)
             rows = re.findall(r"^\d+,(\"[^\"]*\"|[^,]*),", prompt.split("Entities", 1)[-1], re.M)
             names = [r.strip('"') for r in rows][:3] or ["Unknown"]
-            return json.dumps({
-                "title": " and ".join(names), "summary": f"The community around {names[0]}.",
-                "rating": 6.5, "rating_explanation": "Central entities of the corpus.",
-                "findings": [{"summary": f"{n} matters", "explanation": f"{n} appears in the data."} for n in names],
-            })
+            return json.dumps(
+                {
+                    "title": " and ".join(names),
+                    "summary": f"The community around {names[0]}.",
+                    "rating": 6.5,
+                    "rating_explanation": "Central entities of the corpus.",
+                    "findings": [
+                        {"summary": f"{n} matters", "explanation": f"{n} appears in the data."} for n in names
+                    ],
+                }
+            )
         if kind == "rewrite":
             q = prompt.rsplit("Question:", 1)[-1].rsplit("Output:", 1)[0]
             ents = [e.name for e in extract_fast(q, "q").entities][:5]
@@ -145,9 +160,11 @@ class FakeLLM:
             return "LOCAL ANSWER from context: " + " ".join(prompt.split("Question:")[-1].split())[:80]
         if kind == "global_map":
             title = re.search(r"^# (.+)$", prompt, re.M)
-            return json.dumps({"points": [{"description": f"Point from {title.group(1) if title else 'report'}", "score": 60}]})
+            return json.dumps(
+                {"points": [{"description": f"Point from {title.group(1) if title else 'report'}", "score": 60}]}
+            )
         if kind == "global_reduce":
-            return "GLOBAL ANSWER: " + str(prompt.count("- ["))+ " points merged."
+            return "GLOBAL ANSWER: " + str(prompt.count("- [")) + " points merged."
         return "OK"
 
 
@@ -159,15 +176,26 @@ class FakeChatClient:
         self.llm = llm or FakeLLM()
         self.model = model
 
-    def chat(self, messages: list[dict], *, temperature: float = 0.0, max_tokens: int | None = None,
-             logit_bias: dict[int, int] | None = None, response_format: dict | None = None,
-             use_cache: bool = True):
+    def chat(
+        self,
+        messages: list[dict],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        logit_bias: dict[int, int] | None = None,
+        response_format: dict | None = None,
+        use_cache: bool = True,
+    ):
         from graphrag_pipeline.llm.client import ChatResult
 
         body = {"messages": messages, "temperature": temperature, "max_tokens": max_tokens}
         text = self.llm(body)
-        return ChatResult(text=text, cached=False, prompt_tokens=sum(len(m.get("content", "")) for m in messages) // 4,
-                          completion_tokens=len(text) // 4)
+        return ChatResult(
+            text=text,
+            cached=False,
+            prompt_tokens=sum(len(m.get("content", "")) for m in messages) // 4,
+            completion_tokens=len(text) // 4,
+        )
 
     def chat_many(self, calls: list[dict]):
         return [self.chat(**kw) for kw in calls]

@@ -16,9 +16,9 @@ import json
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 import pytest
 
@@ -69,13 +69,13 @@ class ScriptedLLMServer:
         self.base_url = ""
 
     # -- scripting -------------------------------------------------------------------------------
-    def script(self, *replies: "Reply | str") -> "ScriptedLLMServer":
+    def script(self, *replies: Reply | str) -> ScriptedLLMServer:
         """Queue chat replies served FIFO before falling back to the responder."""
         with self._lock:
             self._script.extend(replies)
         return self
 
-    def script_embeddings(self, *replies: Reply) -> "ScriptedLLMServer":
+    def script_embeddings(self, *replies: Reply) -> ScriptedLLMServer:
         """Queue embedding replies (status, headers, delay, raw_body are used; text is ignored);
         a reply with status 200 and no raw_body answers normally."""
         with self._lock:
@@ -88,7 +88,7 @@ class ScriptedLLMServer:
             return len(self.requests)
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "ScriptedLLMServer":
+    def start(self) -> ScriptedLLMServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -129,9 +129,13 @@ class ScriptedLLMServer:
                 if reply.raw_body is not None:
                     payload: bytes | dict = reply.raw_body.encode("utf-8")
                 elif reply.status >= 400:
-                    payload = {"error": {"message": reply.text or f"scripted error {reply.status}",
-                                         "type": "server_error" if reply.status >= 500 else "invalid_request_error",
-                                         "code": reply.status}}
+                    payload = {
+                        "error": {
+                            "message": reply.text or f"scripted error {reply.status}",
+                            "type": "server_error" if reply.status >= 500 else "invalid_request_error",
+                            "code": reply.status,
+                        }
+                    }
                 else:
                     payload = ok_body(reply)
                 self._send(reply.status, payload, reply.headers)
@@ -157,8 +161,9 @@ class ScriptedLLMServer:
         self._httpd = Server(("127.0.0.1", 0), Handler)
         host, port = self._httpd.server_address[:2]
         self.base_url = f"http://{host}:{port}/v1"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="scripted-llm-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-llm-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -171,7 +176,7 @@ class ScriptedLLMServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "ScriptedLLMServer":
+    def __enter__(self) -> ScriptedLLMServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -200,12 +205,21 @@ class ScriptedLLMServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                         "finish_reason": "stop", "logprobs": None}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply.text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
         }
         if reply.include_usage:
-            out["usage"] = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                            "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+            out["usage"] = {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            }
         return out
 
     def _embedding_body(self, body: dict) -> dict:
@@ -218,16 +232,26 @@ class ScriptedLLMServer:
             emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode() if as_base64 else vec
             data.append({"object": "embedding", "index": i, "embedding": emb})
         tokens = sum(len(str(t).split()) for t in inputs)
-        return {"object": "list", "data": data, "model": body.get("model", "scripted"),
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", "scripted"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
 
 def client_for(server: ScriptedLLMServer, **kw):
     """An LLMClient pointed at ``server`` with the test key and small backoff."""
     from graphrag_pipeline.llm.client import LLMClient
 
-    params = dict(model="test-model", api_key=TEST_API_KEY, base_url=server.base_url,
-                  backoff_base_s=0.01, backoff_max_s=0.2, timeout_s=2.0)
+    params = dict(
+        model="test-model",
+        api_key=TEST_API_KEY,
+        base_url=server.base_url,
+        backoff_base_s=0.01,
+        backoff_max_s=0.2,
+        timeout_s=2.0,
+    )
     params.update(kw)
     return LLMClient(**params)
 

@@ -8,7 +8,11 @@ import polars as pl
 import pytest
 
 from graphrag_pipeline.defs import checks
-from graphrag_pipeline.defs.checks import communities_reference_entities, knowledge_graph_is_consistent, search_index_is_complete
+from graphrag_pipeline.defs.checks import (
+    communities_reference_entities,
+    knowledge_graph_is_consistent,
+    search_index_is_complete,
+)
 from graphrag_pipeline.defs.document_assets import chunks, doc_subgraph
 from graphrag_pipeline.defs.graph_assets import communities, community_reports, knowledge_graph, resolved_graph
 from graphrag_pipeline.defs.index_assets import elasticsearch_index, search_index
@@ -43,8 +47,11 @@ def metadata(result: dg.ExecuteInProcessResult, asset) -> dict:
 
 
 def check_results(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
-    return {e.event_specific_data.check_name: e.event_specific_data.passed
-            for e in result.all_events if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION}
+    return {
+        e.event_specific_data.check_name: e.event_specific_data.passed
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    }
 
 
 def build_graph(instance, resources) -> dg.ExecuteInProcessResult:
@@ -52,8 +59,11 @@ def build_graph(instance, resources) -> dg.ExecuteInProcessResult:
     keys = instance.get_dynamic_partitions(documents_partitions.name)
     docs = dg.materialize([chunks, doc_subgraph], instance=instance, resources=resources, tags=range_tags(keys))
     assert docs.success
-    graph = dg.materialize([knowledge_graph, resolved_graph, communities, knowledge_graph_is_consistent,
-                            communities_reference_entities], instance=instance, resources=resources)
+    graph = dg.materialize(
+        [knowledge_graph, resolved_graph, communities, knowledge_graph_is_consistent, communities_reference_entities],
+        instance=instance,
+        resources=resources,
+    )
     assert graph.success
     return graph
 
@@ -80,8 +90,9 @@ def test_chunks_and_doc_subgraph_of_one_document_partition(dagster_instance, res
 
 def test_a_partition_key_that_is_not_a_file_name_is_refused(dagster_instance, resources, settings):
     dagster_instance.add_dynamic_partitions(documents_partitions.name, ["../outside"])
-    result = dg.materialize([chunks], partition_key="../outside", instance=dagster_instance, resources=resources,
-                            raise_on_error=False)
+    result = dg.materialize(
+        [chunks], partition_key="../outside", instance=dagster_instance, resources=resources, raise_on_error=False
+    )
     assert not result.success
     [failure] = result.get_step_failure_events()
     assert "../outside" in failure.event_specific_data.error.message
@@ -131,8 +142,9 @@ def _all_reports(instance, resources) -> None:
 def test_search_index_and_its_blocking_check(dagster_instance, resources, settings):
     build_graph(dagster_instance, resources)
     _all_reports(dagster_instance, resources)
-    result = dg.materialize([search_index, search_index_is_complete, elasticsearch_index],
-                            instance=dagster_instance, resources=resources)
+    result = dg.materialize(
+        [search_index, search_index_is_complete, elasticsearch_index], instance=dagster_instance, resources=resources
+    )
     assert result.success
     assert check_results(result) == {"search_index_is_complete": True}
     meta = metadata(result, search_index)
@@ -158,8 +170,12 @@ def test_a_failing_search_index_check_blocks_elasticsearch(dagster_instance, res
             return {"problems": "made to fail by the test"}
 
     monkeypatch.setattr(checks, "check_index_file", lambda *a, **kw: Failing())
-    result = dg.materialize([search_index, search_index_is_complete, elasticsearch_index],
-                            instance=dagster_instance, resources=resources, raise_on_error=False)
+    result = dg.materialize(
+        [search_index, search_index_is_complete, elasticsearch_index],
+        instance=dagster_instance,
+        resources=resources,
+        raise_on_error=False,
+    )
     assert check_results(result) == {"search_index_is_complete": False}
     assert not result.success
     assert dagster_instance.get_latest_materialization_event(search_index.key) is not None

@@ -11,14 +11,31 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_benchmark_harness_smoke(tmp_path):
-    base = [sys.executable, str(REPO / "benchmarks" / "run.py"), "--results-dir", str(tmp_path / "r"), "--work-dir", str(tmp_path / "w")]
+    base = [
+        sys.executable,
+        str(REPO / "benchmarks" / "run.py"),
+        "--results-dir",
+        str(tmp_path / "r"),
+        "--work-dir",
+        str(tmp_path / "w"),
+    ]
     env_cmds = [
         base + ["overhead", "--method", "light", "--docs", "2", "--chat-latency-ms", "5"],
         base + ["query", "--entities", "400", "--questions", "5"],
     ]
     for cmd in env_cmds:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
-                              env={k: v for k, v in __import__("os").environ.items() if not k.startswith(("GRAPHRAG_", "OPENAI_", "DAGSTER_"))})
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
+            env={
+                k: v
+                for k, v in __import__("os").environ.items()
+                if not k.startswith(("GRAPHRAG_", "OPENAI_", "DAGSTER_"))
+            },
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     overhead = json.loads((tmp_path / "r" / "overhead-light.json").read_text())
     text = json.dumps(overhead)

@@ -68,7 +68,9 @@ def _writer(path: str, n: int, worker: int, barrier, errors) -> None:
         barrier.wait(timeout=60)  # open the (new) database at the same moment
         cache = KVCache(Path(path), timeout_s=60)
         for start in range(0, n, 3):
-            cache.put_many({f"w{worker}-{i}": {"worker": worker, "i": i, "s": "写入"} for i in range(start, min(start + 3, n))})
+            cache.put_many(
+                {f"w{worker}-{i}": {"worker": worker, "i": i, "s": "写入"} for i in range(start, min(start + 3, n))}
+            )
             if start % 30 == 0:  # readers in the mix too
                 cache.get(f"w{(worker + 1) % 4}-{start}")
                 len(cache)

@@ -15,18 +15,22 @@ from graphrag_pipeline.ingest.documents import read_document, scan_corpus
 from graphrag_pipeline.ingest.tokens import count_tokens
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
-WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
-         "sigma tau upsilon phi chi psi omega Newton Darwin London Cambridge").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+    "sigma tau upsilon phi chi psi omega Newton Darwin London Cambridge"
+).split()
 # common English words, for prose with an ordinary number of tokens per word
-VOCAB = ("the of and to in a is that for it as was with be by on not he this are or his from at which but "
-         "have an they had one were their all we there been has more if will when who would so what about "
-         "into than them can only other time new some could these two may first then do any like my now over "
-         "such our man even most made after also did many before must through back years where much your way "
-         "well down should because each just those people how too little state good very make world still "
-         "own see men work long get here between both life being under never day same another know while last "
-         "might us great old year off come since against go came right used take three river harbour council "
-         "merchant voyage letter village garden winter library engine railway museum journey country history "
-         "mountain island market window evening morning teacher captain doctor soldier painter writer").split()
+VOCAB = (
+    "the of and to in a is that for it as was with be by on not he this are or his from at which but "
+    "have an they had one were their all we there been has more if will when who would so what about "
+    "into than them can only other time new some could these two may first then do any like my now over "
+    "such our man even most made after also did many before must through back years where much your way "
+    "well down should because each just those people how too little state good very make world still "
+    "own see men work long get here between both life being under never day same another know while last "
+    "might us great old year off come since against go came right used take three river harbour council "
+    "merchant voyage letter village garden winter library engine railway museum journey country history "
+    "mountain island market window evening morning teacher captain doctor soldier painter writer"
+).split()
 DEFAULT_MAX, DEFAULT_OVERLAP = 2000, 100  # GRAPHRAG_CHUNK_TOKENS, GRAPHRAG_CHUNK_OVERLAP
 
 
@@ -237,8 +241,9 @@ def test_no_overlap_when_disabled():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("max_tokens,overlap,n_paragraphs", [(1200, 100, 150), (300, 50, 150),
-                                                          (DEFAULT_MAX, DEFAULT_OVERLAP, 300)])
+@pytest.mark.parametrize(
+    "max_tokens,overlap,n_paragraphs", [(1200, 100, 150), (300, 50, 150), (DEFAULT_MAX, DEFAULT_OVERLAP, 300)]
+)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_editing_one_middle_paragraph_changes_at_most_three_chunks(max_tokens, overlap, n_paragraphs, seed):
     paras = paragraphs(n_paragraphs, seed=seed)

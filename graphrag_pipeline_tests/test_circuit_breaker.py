@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from graphrag_pipeline.llm.cache import KVCache
-from graphrag_pipeline.extract.llm import ExtractionSettings
 from graphrag_pipeline.extract.batch import ChunkTask, ExtractionStats, extract_tasks
+from graphrag_pipeline.extract.llm import ExtractionSettings
+from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.client import LLMCancelled, LLMCircuitOpen, LLMClient, LLMError, forget_endpoint_health
 from graphrag_pipeline_tests.conftest import cli
 from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
@@ -47,6 +47,7 @@ def _assert_breaker_message(err: LLMError, server, failures: int = 3) -> None:
 
 
 # -- the client --------------------------------------------------------------------------------------------
+
 
 def test_dead_endpoint_costs_breaker_x_attempts_requests_however_many_calls_wait():
     with ScriptedLLMServer(dead) as server:
@@ -211,13 +212,20 @@ def test_healthy_endpoint_keeps_full_concurrency_after_its_first_answer():
 
 # -- extraction ----------------------------------------------------------------------------------------------
 
+
 def test_extraction_stops_starting_chunks_once_the_breaker_opens(tmp_path):
     tasks = [ChunkTask(f"doc{i // 3}", i % 3, f"chunk{i}", f"Text number {i} about Charles Darwin.") for i in range(15)]
     with ScriptedLLMServer(dead) as server:
         client = client_for(server, max_retries=1, max_concurrent=4, breaker=2)
         stats = ExtractionStats()
-        out = extract_tasks(tasks, "light", KVCache(tmp_path / "c.sqlite", "extraction"), stats, client,
-                            ExtractionSettings(method="light"))
+        out = extract_tasks(
+            tasks,
+            "light",
+            KVCache(tmp_path / "c.sqlite", "extraction"),
+            stats,
+            client,
+            ExtractionSettings(method="light"),
+        )
         assert out == {} and server.chat_count == 2 * 2
         assert "failed 2 calls in a row" in stats.circuit_open
         assert stats.documents_left == [f"doc{i}" for i in range(5)]
@@ -226,6 +234,7 @@ def test_extraction_stops_starting_chunks_once_the_breaker_opens(tmp_path):
 
 
 # -- a build against a dead endpoint --------------------------------------------------------------------------
+
 
 @pytest.fixture
 def switchable(home, corpus, monkeypatch):
@@ -270,7 +279,9 @@ def test_a_build_against_a_dead_endpoint_stops_at_once_and_the_next_build_resume
     calls = server.chat_count - start
     print(f"dead endpoint: {calls} requests, {elapsed:.1f} s")
     assert code != 0
-    assert "failed 3 calls in a row" in out and "resumes where it stopped" in out and "could not be extracted" in out, out
+    assert "failed 3 calls in a row" in out and "resumes where it stopped" in out and "could not be extracted" in out, (
+        out
+    )
     assert TEST_API_KEY not in out
     assert calls <= 3 * 3  # breaker x attempts for the whole build
     assert elapsed < 90

@@ -91,8 +91,9 @@ def test_community_ids_do_not_depend_on_the_hash_seed():
     outputs = []
     for seed in ("1", "2", "3"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        done = subprocess.run([sys.executable, "-c", _RUN_IN_SUBPROCESS], env=env, capture_output=True,
-                              text=True, timeout=120, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _RUN_IN_SUBPROCESS], env=env, capture_output=True, text=True, timeout=120, check=True
+        )
         outputs.append(json.loads(done.stdout))
     assert outputs[0] and outputs[0] == outputs[1] == outputs[2]
 
@@ -238,6 +239,7 @@ def test_frontier_update_splits_disconnected_and_merges_new_fragments():
     assert out.labels[0] == 0 and out.labels[3] == 1
     q = modularity(graph, mask, out.labels)
     import graspologic_native as gn
+
     el = [(str(a), str(b), 1.0) for a, b in edges]
     assert q == pytest.approx(gn.modularity(el, {str(i): int(out.labels[i]) for i in range(9)}), abs=1e-9)
 

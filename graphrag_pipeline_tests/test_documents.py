@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.ingest.documents import DocumentText, html_to_text, markdown_to_text, partition_key, read_document, scan_corpus
+from graphrag_pipeline.ingest.documents import (
+    DocumentText,
+    html_to_text,
+    markdown_to_text,
+    partition_key,
+    read_document,
+    scan_corpus,
+)
 from graphrag_pipeline.storage.files import atomic_path
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
@@ -48,22 +55,65 @@ def test_partition_key_appends_hash_of_the_path_when_lossy():
 
 def test_partition_key_is_injective_on_confusable_paths():
     paths = [
-        "a/b.txt", "a--b.txt", "a_b.txt", "a b.txt", "a?b.txt", "a/b_txt", "a/b.txt.md",
-        "a-/b.txt", "a/-b.txt", "a-/-b.txt", "a---b.txt", "a\\b.txt",
-        "A/b.txt", "x/y/z.md", "x--y/z.md", "x/y--z.md", "x--y--z.md",
-        "中文/文件.txt", "中文--文件.txt", "中文_文件.txt", "中文 文件.txt",
-        ".hidden.txt", "_hidden.txt", "hidden.txt",
+        "a/b.txt",
+        "a--b.txt",
+        "a_b.txt",
+        "a b.txt",
+        "a?b.txt",
+        "a/b_txt",
+        "a/b.txt.md",
+        "a-/b.txt",
+        "a/-b.txt",
+        "a-/-b.txt",
+        "a---b.txt",
+        "a\\b.txt",
+        "A/b.txt",
+        "x/y/z.md",
+        "x--y/z.md",
+        "x/y--z.md",
+        "x--y--z.md",
+        "中文/文件.txt",
+        "中文--文件.txt",
+        "中文_文件.txt",
+        "中文 文件.txt",
+        ".hidden.txt",
+        "_hidden.txt",
+        "hidden.txt",
     ]
     keys = [partition_key(p) for p in paths]
-    assert len(set(keys)) == len(paths), {k: [p for p in paths if partition_key(p) == k] for k in keys if keys.count(k) > 1}
+    assert len(set(keys)) == len(paths), {
+        k: [p for p in paths if partition_key(p) == k] for k in keys if keys.count(k) > 1
+    }
 
 
 @pytest.mark.parametrize(
     "relpath",
-    ["a/b.txt", "dir with spaces/file (1).md", "../up.txt", "a/.b/c.txt", ".env.txt", "x:y*z?.html",
-     "郑和/下西洋.txt", "emoji 😀/note.md", "tab\tname.txt", "a" * 300 + ".txt", "长" * 80 + ".txt"],
-    ids=["plain", "spaces", "dotdot", "hidden-folder", "dotfile", "punctuation", "chinese", "emoji", "tab",
-         "long-ascii", "long-chinese"],
+    [
+        "a/b.txt",
+        "dir with spaces/file (1).md",
+        "../up.txt",
+        "a/.b/c.txt",
+        ".env.txt",
+        "x:y*z?.html",
+        "郑和/下西洋.txt",
+        "emoji 😀/note.md",
+        "tab\tname.txt",
+        "a" * 300 + ".txt",
+        "长" * 80 + ".txt",
+    ],
+    ids=[
+        "plain",
+        "spaces",
+        "dotdot",
+        "hidden-folder",
+        "dotfile",
+        "punctuation",
+        "chinese",
+        "emoji",
+        "tab",
+        "long-ascii",
+        "long-chinese",
+    ],
 )
 def test_partition_key_is_storage_safe(relpath, tmp_path):
     key = partition_key(relpath)
@@ -109,9 +159,22 @@ def _touch(root: Path, rel: str, text: str = "x") -> None:
 
 
 def test_scan_corpus_skips_hidden_and_unsupported_and_sorts(tmp_path):
-    for rel in ["b.md", "a.txt", "sub/z.txt", "sub/deeper/y.html", "c.markdown", "d.htm", "E.TXT",
-                ".hidden.txt", ".git/config.txt", "sub/.secret/x.md", "notes.pdf", "image.png",
-                "README", "data.json"]:
+    for rel in [
+        "b.md",
+        "a.txt",
+        "sub/z.txt",
+        "sub/deeper/y.html",
+        "c.markdown",
+        "d.htm",
+        "E.TXT",
+        ".hidden.txt",
+        ".git/config.txt",
+        "sub/.secret/x.md",
+        "notes.pdf",
+        "image.png",
+        "README",
+        "data.json",
+    ]:
         _touch(tmp_path, rel)
     (tmp_path / "folder.txt").mkdir()  # a directory with a supported suffix is not a document
     files = scan_corpus(tmp_path)
@@ -143,7 +206,7 @@ def _write(tmp_path: Path, name: str, data: bytes) -> Path:
 
 
 def test_read_plain_utf8(tmp_path):
-    doc = read_document(_write(tmp_path, "a.txt", "Hello world.\r\n\r\n\r\n\r\nSecond  para.\n".encode()))
+    doc = read_document(_write(tmp_path, "a.txt", b"Hello world.\r\n\r\n\r\n\r\nSecond  para.\n"))
     assert doc.status == "ok" and doc.usable and doc.message == ""
     assert doc.text == "Hello world.\n\nSecond  para."
     assert doc.encoding == "utf-8"
@@ -259,8 +322,17 @@ HTML = """<!DOCTYPE html>
 def test_html_drops_script_style_head_and_decodes_entities(tmp_path):
     doc = read_document(_write(tmp_path, "page.html", HTML.encode()))
     assert doc.status == "ok"
-    for hidden in ("STYLE_TEXT", "SCRIPT_TEXT", "not a paragraph", "COMMENT_TEXT", "NOSCRIPT_TEXT",
-                   "color: red", "charset", "<", ">"):
+    for hidden in (
+        "STYLE_TEXT",
+        "SCRIPT_TEXT",
+        "not a paragraph",
+        "COMMENT_TEXT",
+        "NOSCRIPT_TEXT",
+        "color: red",
+        "charset",
+        "<",
+        ">",
+    ):
         assert hidden not in doc.text.replace("5 < 6", ""), hidden
     assert doc.text.split("\n\n")[0] == "Babbage & Lovelace"  # the title comes first
     assert "Ada & Charles wrote about 5 < 6 élégant \u2014 engines." in doc.text

@@ -16,7 +16,12 @@ from graphrag_pipeline.query import open_index, query
 from graphrag_pipeline_tests.conftest import cli
 
 ES_URL = os.environ.get("GRAPHRAG_TEST_ES_URL", "http://127.0.0.1:9200")
-QUESTIONS = ["Who sailed with Charles Darwin on HMS Beagle?", "Royal Society in London", "郑和下西洋从哪里出发", "Enigma at Bletchley Park"]
+QUESTIONS = [
+    "Who sailed with Charles Darwin on HMS Beagle?",
+    "Royal Society in London",
+    "郑和下西洋从哪里出发",
+    "Enigma at Bletchley Park",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,8 @@ def _same(a, b) -> bool:
     """Equal results; scores may differ in the 6th significant digit (Elasticsearch scores cosine in float32)."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(
-            (abs(a[k] - b[k]) <= 1e-4 * max(1.0, abs(a[k])) if k == "score" else _same(a[k], b[k])) for k in a)
+            (abs(a[k] - b[k]) <= 1e-4 * max(1.0, abs(a[k])) if k == "score" else _same(a[k], b[k])) for k in a
+        )
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a == b
@@ -100,7 +106,14 @@ def test_edit_writes_only_changed_records_and_delete_removes_them(es_env, home, 
     assert code == 0, out
     total = sum(_kind_counts(es_env).values())
     doc = corpus / "babbage_and_lovelace.html"
-    doc.write_text(doc.read_text(encoding="utf-8").replace("</body>", "<p>In 1991 the Science Museum completed Difference Engine No. 2 for the bicentenary of Charles Babbage.</p></body>"), encoding="utf-8")
+    doc.write_text(
+        doc.read_text(encoding="utf-8").replace(
+            "</body>",
+            "<p>In 1991 the Science Museum completed Difference Engine No. 2 for the bicentenary of Charles "
+            "Babbage.</p></body>",
+        ),
+        encoding="utf-8",
+    )
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     meta = _es_metadata(instance())
@@ -177,8 +190,10 @@ def _es_hashes(cfg: EsConfig) -> dict[str, str]:
 
     es = cfg.client()
     try:
-        return {h["_id"]: h["_source"]["content_hash_kwd"]
-                for h in helpers.scan(es, index=cfg.alias, query={"query": {"match_all": {}}}, _source=["content_hash_kwd"])}
+        return {
+            h["_id"]: h["_source"]["content_hash_kwd"]
+            for h in helpers.scan(es, index=cfg.alias, query={"query": {"match_all": {}}}, _source=["content_hash_kwd"])
+        }
     finally:
         es.close()
 
@@ -200,7 +215,9 @@ def _append(doc, text: str) -> None:
     doc.write_text(doc.read_text(encoding="utf-8") + text, encoding="utf-8")
 
 
-def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_one(es_env, home, corpus, instance, monkeypatch):
+def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_one(
+    es_env, home, corpus, instance, monkeypatch
+):
     from graphrag_pipeline.definitions import defs
 
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
@@ -208,7 +225,9 @@ def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_on
     assert _es_metadata(instance())["es_path"] == "rebuild"  # first sync: a new index behind the alias
 
     # one edit: DuckDB publishes version 2 from version 1, and Elasticsearch (at 1) applies just that delta
-    _append(corpus / "curie_radioactivity.md", "\n\nIn 1921 Marie Curie visited President Warren Harding in Washington.\n")
+    _append(
+        corpus / "curie_radioactivity.md", "\n\nIn 1921 Marie Curie visited President Warren Harding in Washington.\n"
+    )
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     inst = instance()
@@ -224,7 +243,10 @@ def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_on
 
     # two DuckDB publishes while Elasticsearch is not configured: it misses version 3 and must not apply 4's delta
     monkeypatch.delenv("GRAPHRAG_ES_URL")
-    _append(corpus / "darwin_and_wallace.txt", "\n\nIn 1882 Charles Darwin was buried in Westminster Abbey near Isaac Newton.\n")
+    _append(
+        corpus / "darwin_and_wallace.txt",
+        "\n\nIn 1882 Charles Darwin was buried in Westminster Abbey near Isaac Newton.\n",
+    )
     assert cli("build", "--corpus", str(corpus), "--method", "fast")[0] == 0
     (corpus / "printing_and_paper_zh.md").unlink()
     assert cli("build", "--corpus", str(corpus), "--method", "fast")[0] == 0
@@ -240,8 +262,9 @@ def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_on
     job = defs.resolve_job_def("index_job")
     assert job.execute_in_process(instance=instance()).success
     assert _es_metadata(instance())["es_path"] == "current"
-    assert job.execute_in_process(instance=instance(), run_config={
-        "ops": {"elasticsearch_index": {"config": {"full_rebuild": True}}}}).success
+    assert job.execute_in_process(
+        instance=instance(), run_config={"ops": {"elasticsearch_index": {"config": {"full_rebuild": True}}}}
+    ).success
     meta = _es_metadata(instance())
     assert meta["es_path"] == "rebuild" and meta["es_full_rebuild"] is True
     assert _es_hashes(es_env) == _duckdb_hashes(home)

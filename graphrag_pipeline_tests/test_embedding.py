@@ -52,8 +52,18 @@ def test_batch_equals_single(emb):
 
 
 def test_similar_names_are_closer_than_unrelated_names(emb):
-    v = {t: emb.embed_one(t) for t in ["Charles Darwin", "Darwin", "charles darwin", "Charles Babbage",
-                                        "Royal Society", "Isaac Newton", "Newton"]}
+    v = {
+        t: emb.embed_one(t)
+        for t in [
+            "Charles Darwin",
+            "Darwin",
+            "charles darwin",
+            "Charles Babbage",
+            "Royal Society",
+            "Isaac Newton",
+            "Newton",
+        ]
+    }
     assert cos(v["Charles Darwin"], v["charles darwin"]) == pytest.approx(1.0, abs=1e-6)  # case-folded
     assert cos(v["Charles Darwin"], v["Darwin"]) > cos(v["Charles Darwin"], v["Royal Society"]) + 0.3
     assert cos(v["Charles Darwin"], v["Darwin"]) > cos(v["Charles Darwin"], v["Isaac Newton"])
@@ -79,7 +89,13 @@ def test_deterministic_across_processes(emb):
     here = emb.embed(TEXTS)
     for seed in ("0", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        done = subprocess.run([sys.executable, "-c", code, json.dumps(TEXTS)], env=env, capture_output=True,
-                              text=True, timeout=60, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(TEXTS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         there = np.array(json.loads(done.stdout), dtype=np.float32)
         assert np.array_equal(here, there), seed

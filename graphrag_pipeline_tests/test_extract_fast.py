@@ -509,7 +509,7 @@ def test_given_name_list_is_compact():
         "😀🚀 " * 2000,
         "שלום עולם. مرحبا بالعالم! Привет мир.",
         "\ud800\udfff lone surrogates \ud800 Darwin",
-        "《》《 》“”\"\" 's ’s Mr. . . Dr.",
+        '《》《 》“”"" \'s ’s Mr. . . Dr.',
         "-".join(["Ab"] * 1000),
         "Ab. " * 10_000,
     ],

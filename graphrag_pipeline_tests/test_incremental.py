@@ -9,8 +9,10 @@ import pytest
 
 from graphrag_pipeline_tests.conftest import cli, cli_json
 
-EDIT = ("\n\nIn 1921 Marie Curie toured the United States, where President Warren Harding presented her with a "
-        "gram of radium bought by American women. Irene Curie travelled with her mother to New York.\n")
+EDIT = (
+    "\n\nIn 1921 Marie Curie toured the United States, where President Warren Harding presented her with a "
+    "gram of radium bought by American women. Irene Curie travelled with her mother to New York.\n"
+)
 COUNTS = ("documents", "chunks", "entities", "relations", "communities", "community_reports")
 
 
@@ -51,8 +53,15 @@ def test_an_edit_changes_few_communities_and_writes_only_their_reports(built, ho
     inst = built()
     meta = _metadata(inst, "communities")
     # the metadata says how many communities changed and how good the kept partition is
-    for key in ("communities_changed", "communities_kept", "modularity_kept", "modularity_fresh", "reclustered",
-                "recluster_reason", "frontier_nodes"):
+    for key in (
+        "communities_changed",
+        "communities_kept",
+        "modularity_kept",
+        "modularity_fresh",
+        "reclustered",
+        "recluster_reason",
+        "frontier_nodes",
+    ):
         assert key in meta, key
     assert meta["reclustered"] is False
     assert meta["modularity_kept"] >= 0.98 * meta["modularity_fresh"] > 0

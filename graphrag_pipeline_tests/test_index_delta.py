@@ -12,12 +12,18 @@ import duckdb
 import polars as pl
 import pytest
 
-from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, SCHEMA_VERSION, check_index_file, publish_index, read_meta
-from graphrag_pipeline.index.embedding import HashingEmbedder
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.index.duckdb_writer import (
+    SCHEMA_VERSION,
+    IncompleteIndexError,
+    check_index_file,
+    publish_index,
+    read_meta,
+)
+from graphrag_pipeline.index.embedding import HashingEmbedder
 from graphrag_pipeline.index.records import TABLES, nhop_affected, nhop_paths
-from graphrag_pipeline.reports.offline import CommunityReport, Finding
 from graphrag_pipeline.query import DuckDBIndex, query
+from graphrag_pipeline.reports.offline import CommunityReport, Finding
 
 TYPES = ["PERSON", "GEO", "ORGANIZATION", "EVENT"]
 QUESTIONS = ["Who is Entity 12?", "Entity 40 and Entity 41", "the organisation of entity 7", "place 3"]
@@ -39,19 +45,45 @@ def _name(i: int) -> str:
 
 def _inputs(n: int = 160, seed: int = 7) -> dict:
     rnd = random.Random(seed)
-    nodes = pl.DataFrame([{
-        "key": f"e{i:03d}", "name": _name(i), "type": TYPES[i % 4], "description": f"{_name(i)} is thing number {i}",
-        "descriptions": [], "source_ids": [f"c{i % 9}"], "doc_ids": [f"d{i % 5}"], "degree": 0, "pagerank": 0.0,
-    } for i in range(n)], schema=NODE_SCHEMA)
+    nodes = pl.DataFrame(
+        [
+            {
+                "key": f"e{i:03d}",
+                "name": _name(i),
+                "type": TYPES[i % 4],
+                "description": f"{_name(i)} is thing number {i}",
+                "descriptions": [],
+                "source_ids": [f"c{i % 9}"],
+                "doc_ids": [f"d{i % 5}"],
+                "degree": 0,
+                "pagerank": 0.0,
+            }
+            for i in range(n)
+        ],
+        schema=NODE_SCHEMA,
+    )
     pairs = set()
     while len(pairs) < 3 * n:
         a, b = sorted(rnd.sample(range(n), 2))
         pairs.add((a, b))
-    edges = pl.DataFrame([{
-        "source_key": f"e{a:03d}", "target_key": f"e{b:03d}", "source": _name(a), "target": _name(b),
-        "description": f"{_name(a)} works with {_name(b)}", "descriptions": [], "keywords": ["work"],
-        "weight": float(rnd.randint(1, 5)), "source_ids": [f"c{a % 9}"], "doc_ids": [f"d{a % 5}"],
-    } for a, b in sorted(pairs)], schema=EDGE_SCHEMA)
+    edges = pl.DataFrame(
+        [
+            {
+                "source_key": f"e{a:03d}",
+                "target_key": f"e{b:03d}",
+                "source": _name(a),
+                "target": _name(b),
+                "description": f"{_name(a)} works with {_name(b)}",
+                "descriptions": [],
+                "keywords": ["work"],
+                "weight": float(rnd.randint(1, 5)),
+                "source_ids": [f"c{a % 9}"],
+                "doc_ids": [f"d{a % 5}"],
+            }
+            for a, b in sorted(pairs)
+        ],
+        schema=EDGE_SCHEMA,
+    )
     nodes = with_metrics(nodes, edges)
     keys = nodes["key"].to_list()
     comms = []
@@ -61,18 +93,37 @@ def _inputs(n: int = 160, seed: int = 7) -> dict:
         comms.append({"community_id": f"L1-{j:03d}", "level": 1, "nodes": keys[j : j + 24]})
     comms.append({"community_id": "L2-solo", "level": 2, "nodes": [keys[0]]})
     communities = pl.DataFrame([{**c, "size": len(c["nodes"]), "weight": len(c["nodes"]) / n} for c in comms])
-    reports = {c["community_id"]: CommunityReport(
-        c["community_id"], c["level"], f"Group {c['community_id']}", f"Members {', '.join(c['nodes'][:3])}", 5.0, "why",
-        [Finding("a finding", "its explanation")], [_name(int(k[1:])) for k in c["nodes"]]) for c in comms if len(c["nodes"]) >= 2}
+    reports = {
+        c["community_id"]: CommunityReport(
+            c["community_id"],
+            c["level"],
+            f"Group {c['community_id']}",
+            f"Members {', '.join(c['nodes'][:3])}",
+            5.0,
+            "why",
+            [Finding("a finding", "its explanation")],
+            [_name(int(k[1:])) for k in c["nodes"]],
+        )
+        for c in comms
+        if len(c["nodes"]) >= 2
+    }
     chunk_rows = []
     for d in range(6):
         for p in range(5):
             text = f"Document {d} paragraph {p}: {_name(d * 5 + p)} met {_name(d * 5 + p + 1)}."
-            chunk_rows.append({"chunk_id": f"chunk-{d}-{p}", "doc_id": f"d{d}", "doc": f"doc{d}.txt", "position": p, "text": text})
+            chunk_rows.append(
+                {"chunk_id": f"chunk-{d}-{p}", "doc_id": f"d{d}", "doc": f"doc{d}.txt", "position": p, "text": text}
+            )
     # an identical paragraph repeated in one document, and shared with another document
-    chunk_rows.append({"chunk_id": "chunk-dup", "doc_id": "d1", "doc": "doc1.txt", "position": 5, "text": "Same paragraph."})
-    chunk_rows.append({"chunk_id": "chunk-dup", "doc_id": "d1", "doc": "doc1.txt", "position": 6, "text": "Same paragraph."})
-    chunk_rows.append({"chunk_id": "chunk-dup", "doc_id": "d2", "doc": "doc2.txt", "position": 5, "text": "Same paragraph."})
+    chunk_rows.append(
+        {"chunk_id": "chunk-dup", "doc_id": "d1", "doc": "doc1.txt", "position": 5, "text": "Same paragraph."}
+    )
+    chunk_rows.append(
+        {"chunk_id": "chunk-dup", "doc_id": "d1", "doc": "doc1.txt", "position": 6, "text": "Same paragraph."}
+    )
+    chunk_rows.append(
+        {"chunk_id": "chunk-dup", "doc_id": "d2", "doc": "doc2.txt", "position": 5, "text": "Same paragraph."}
+    )
     chunks = pl.DataFrame(chunk_rows)
     return {"nodes": nodes, "edges": edges, "communities": communities, "reports": reports, "chunks": chunks}
 
@@ -82,49 +133,141 @@ def _edit(inp: dict) -> dict:
     removed and added relations (PageRank recomputed: moves nearly every entity's score), a changed,
     a removed and a new report, changed / removed / added chunks."""
     nodes, edges, communities = inp["nodes"], inp["edges"], inp["communities"]
-    nodes = nodes.with_columns(pl.when(pl.col("key").is_in(["e010", "e020", "e030"]))
-                               .then(pl.col("description") + " Edited.").otherwise(pl.col("description")).alias("description"))
+    nodes = nodes.with_columns(
+        pl.when(pl.col("key").is_in(["e010", "e020", "e030"]))
+        .then(pl.col("description") + " Edited.")
+        .otherwise(pl.col("description"))
+        .alias("description")
+    )
     nodes = nodes.filter(pl.col("key") != "e005")
     edges = edges.filter((pl.col("source_key") != "e005") & (pl.col("target_key") != "e005"))
-    new = pl.DataFrame([{"key": "e999", "name": "Newcomer", "type": "PERSON", "description": "A new entity", "descriptions": [],
-                         "source_ids": ["c1"], "doc_ids": ["d6"], "degree": 0, "pagerank": 0.0}], schema=NODE_SCHEMA)
+    new = pl.DataFrame(
+        [
+            {
+                "key": "e999",
+                "name": "Newcomer",
+                "type": "PERSON",
+                "description": "A new entity",
+                "descriptions": [],
+                "source_ids": ["c1"],
+                "doc_ids": ["d6"],
+                "degree": 0,
+                "pagerank": 0.0,
+            }
+        ],
+        schema=NODE_SCHEMA,
+    )
     nodes = pl.concat([nodes, new])
     first = edges.row(0, named=True)
     edges = edges.slice(2).with_columns(  # two relations removed
-        pl.when((pl.col("source_key") == "e012") | (pl.col("target_key") == "e012")).then(pl.col("weight") * 2)
-        .otherwise(pl.col("weight")).alias("weight"))
-    added = pl.DataFrame([{"source_key": k, "target_key": "e999", "source": _name(int(k[1:])), "target": "Newcomer",
-                           "description": f"{_name(int(k[1:]))} greets Newcomer", "descriptions": [], "keywords": [],
-                           "weight": 3.0, "source_ids": ["c1"], "doc_ids": ["d6"]} for k in ("e040", "e041", first["source_key"])],
-                         schema=EDGE_SCHEMA)
+        pl.when((pl.col("source_key") == "e012") | (pl.col("target_key") == "e012"))
+        .then(pl.col("weight") * 2)
+        .otherwise(pl.col("weight"))
+        .alias("weight")
+    )
+    added = pl.DataFrame(
+        [
+            {
+                "source_key": k,
+                "target_key": "e999",
+                "source": _name(int(k[1:])),
+                "target": "Newcomer",
+                "description": f"{_name(int(k[1:]))} greets Newcomer",
+                "descriptions": [],
+                "keywords": [],
+                "weight": 3.0,
+                "source_ids": ["c1"],
+                "doc_ids": ["d6"],
+            }
+            for k in ("e040", "e041", first["source_key"])
+        ],
+        schema=EDGE_SCHEMA,
+    )
     edges = pl.concat([edges, added]).unique(["source_key", "target_key"], keep="first", maintain_order=True)
     nodes = with_metrics(nodes, edges)
     keys = set(nodes["key"].to_list())
     communities = communities.filter(pl.col("community_id") != "L0-012").with_columns(
-        pl.col("nodes").list.eval(pl.element().filter(pl.element().is_in(list(keys)))))
+        pl.col("nodes").list.eval(pl.element().filter(pl.element().is_in(list(keys))))
+    )
     communities = communities.with_columns(pl.col("nodes").list.len().alias("size"))
-    communities = pl.concat([communities, pl.DataFrame([{"community_id": "L0-new", "level": 0, "nodes": ["e040", "e041", "e999"],
-                                                           "size": 3, "weight": 0.5}], schema=communities.schema)])
+    communities = pl.concat(
+        [
+            communities,
+            pl.DataFrame(
+                [{"community_id": "L0-new", "level": 0, "nodes": ["e040", "e041", "e999"], "size": 3, "weight": 0.5}],
+                schema=communities.schema,
+            ),
+        ]
+    )
     reports = {k: v for k, v in inp["reports"].items() if k != "L0-012"}
     changed = reports["L0-018"]
-    reports["L0-018"] = CommunityReport(changed.community_id, changed.level, changed.title, changed.summary + " Now more.", 6.0,
-                                        "why", changed.findings, changed.entities)
-    reports["L0-new"] = CommunityReport("L0-new", 0, "Newcomer and friends", "Entity 40, Entity 41 and Newcomer", 7.0, "why", [],
-                                        ["Entity 40", "Entity 41", "Newcomer"])
-    chunks = inp["chunks"].filter(pl.col("doc_id") != "d4").with_columns(
-        pl.when(pl.col("chunk_id") == "chunk-0-1").then(pl.lit("Document 0 paragraph 1 rewritten: Newcomer arrives."))
-        .otherwise(pl.col("text")).alias("text"),
-        pl.when(pl.col("chunk_id") == "chunk-0-1").then(pl.lit("chunk-0-1b")).otherwise(pl.col("chunk_id")).alias("chunk_id"))
-    chunks = pl.concat([chunks, pl.DataFrame([{"chunk_id": "chunk-6-0", "doc_id": "d6", "doc": "doc6.txt", "position": 0,
-                                               "text": "Newcomer appears in a new document."}])])
+    reports["L0-018"] = CommunityReport(
+        changed.community_id,
+        changed.level,
+        changed.title,
+        changed.summary + " Now more.",
+        6.0,
+        "why",
+        changed.findings,
+        changed.entities,
+    )
+    reports["L0-new"] = CommunityReport(
+        "L0-new",
+        0,
+        "Newcomer and friends",
+        "Entity 40, Entity 41 and Newcomer",
+        7.0,
+        "why",
+        [],
+        ["Entity 40", "Entity 41", "Newcomer"],
+    )
+    chunks = (
+        inp["chunks"]
+        .filter(pl.col("doc_id") != "d4")
+        .with_columns(
+            pl.when(pl.col("chunk_id") == "chunk-0-1")
+            .then(pl.lit("Document 0 paragraph 1 rewritten: Newcomer arrives."))
+            .otherwise(pl.col("text"))
+            .alias("text"),
+            pl.when(pl.col("chunk_id") == "chunk-0-1")
+            .then(pl.lit("chunk-0-1b"))
+            .otherwise(pl.col("chunk_id"))
+            .alias("chunk_id"),
+        )
+    )
+    chunks = pl.concat(
+        [
+            chunks,
+            pl.DataFrame(
+                [
+                    {
+                        "chunk_id": "chunk-6-0",
+                        "doc_id": "d6",
+                        "doc": "doc6.txt",
+                        "position": 0,
+                        "text": "Newcomer appears in a new document.",
+                    }
+                ]
+            ),
+        ]
+    )
     return {"nodes": nodes, "edges": edges, "communities": communities, "reports": reports, "chunks": chunks}
 
 
 def _publish(path, inp: dict, embedder=None, **kw):
     reportable = inp["communities"].filter(pl.col("size") >= 2)["community_id"].to_list()
     reports = [inp["reports"][c] for c in reportable if c in inp["reports"]]
-    return publish_index(path, inp["nodes"], inp["edges"], inp["communities"], reports, inp["chunks"],
-                         embedder or HashingEmbedder(), {"method": "fast", "documents": 6, "communities": inp["communities"].height}, **kw)
+    return publish_index(
+        path,
+        inp["nodes"],
+        inp["edges"],
+        inp["communities"],
+        reports,
+        inp["chunks"],
+        embedder or HashingEmbedder(),
+        {"method": "fast", "documents": 6, "communities": inp["communities"].height},
+        **kw,
+    )
 
 
 def _tables(path) -> dict[str, pl.DataFrame]:
@@ -172,7 +315,10 @@ def test_delta_publish_equals_a_full_rebuild(tmp_path):
         con.close()
     ops = {(r["table_name"], r["key"], r["key2"]): r["op"] for r in changes.to_dicts()}
     assert ops[("entities", "e005", None)] == "delete" and ops[("entities", "e999", None)] == "upsert"
-    assert ops[("community_reports", "L0-012", None)] == "delete" and ops[("community_reports", "L0-new", None)] == "upsert"
+    assert (
+        ops[("community_reports", "L0-012", None)] == "delete"
+        and ops[("community_reports", "L0-new", None)] == "upsert"
+    )
     assert ops[("chunks", "d4", "chunk-4-0")] == "delete" and ops[("chunks", "d0", "chunk-0-1b")] == "upsert"
     assert ops[("nhop", "e999", None)] == "upsert"
 
@@ -192,8 +338,11 @@ def test_nhop_paths_are_recomputed_only_around_changed_edges():
     old, new = nhop_paths(before["edges"]), nhop_paths(after["edges"])
     affected = nhop_affected(before["edges"], after["edges"])
     assert 0 < len(affected) < after["nodes"].height
+
     # every entity whose paths differ is among the affected ones...
-    group = lambda df: {k: g.drop("entity_key").to_dicts() for (k,), g in df.group_by("entity_key", maintain_order=True)}  # noqa: E731
+    def group(df):
+        return {k: g.drop("entity_key").to_dicts() for (k,), g in df.group_by("entity_key", maintain_order=True)}
+
     g_old, g_new = group(old), group(new)
     differ = {k for k in set(g_old) | set(g_new) if g_old.get(k) != g_new.get(k)}
     assert differ <= affected
@@ -226,8 +375,15 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
     assert other.mode == "full" and "embedder" in other.reason and read_meta(path)["previous_index_id"] is None
 
     _publish(path, inp, HashingEmbedder(256))
-    tiny = {**inp, "nodes": inp["nodes"].with_columns(
-        pl.when(pl.col("key") == "e010").then(pl.lit("Edited")).otherwise(pl.col("description")).alias("description"))}
+    tiny = {
+        **inp,
+        "nodes": inp["nodes"].with_columns(
+            pl.when(pl.col("key") == "e010")
+            .then(pl.lit("Edited"))
+            .otherwise(pl.col("description"))
+            .alias("description")
+        ),
+    }
     assert _publish(path, tiny, HashingEmbedder(256)).mode == "delta"
     con = duckdb.connect(str(path))  # pretend many deltas were applied since the last full build
     con.execute("UPDATE meta SET value = '1000000' WHERE key = 'rows_rewritten_since_full'")
@@ -299,7 +455,9 @@ def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
 def _run_index_job(instance, run_config: dict | None = None):
     from graphrag_pipeline.definitions import defs
 
-    return defs.resolve_job_def("index_job").execute_in_process(instance=instance, raise_on_error=False, run_config=run_config or {})
+    return defs.resolve_job_def("index_job").execute_in_process(
+        instance=instance, raise_on_error=False, run_config=run_config or {}
+    )
 
 
 def _metadata(instance, asset: str) -> dict:

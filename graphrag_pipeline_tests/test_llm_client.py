@@ -12,13 +12,24 @@ from email.utils import formatdate
 import numpy as np
 import pytest
 
-from graphrag_pipeline.llm.cache import KVCache
-from graphrag_pipeline.llm.client import ChatResult, LLMCancelled, LLMClient, LLMError, chat_cache_key, parse_retry_after, redact_url
-from graphrag_pipeline.llm.json_answers import parse_json_reply
 from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.llm.client import (
+    ChatResult,
+    LLMCancelled,
+    LLMClient,
+    LLMError,
+    chat_cache_key,
+    parse_retry_after,
+    redact_url,
+)
+from graphrag_pipeline.llm.json_answers import parse_json_reply
 from graphrag_pipeline_tests.llm_server import TEST_API_KEY, Reply, ScriptedLLMServer, client_for, embedding_vector
 
-MSG = [{"role": "system", "content": "You extract entities."}, {"role": "user", "content": "Darwin sailed on the Beagle."}]
+MSG = [
+    {"role": "system", "content": "You extract entities."},
+    {"role": "user", "content": "Darwin sailed on the Beagle."},
+]
 
 
 @pytest.fixture
@@ -39,6 +50,7 @@ def _no_secret(*objs) -> None:
 
 
 # -- caching and usage -------------------------------------------------------------------------------
+
 
 def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
     llm_server.script(Reply("Darwin|Beagle", prompt_tokens=20, completion_tokens=4))
@@ -71,16 +83,30 @@ def test_use_cache_false_and_empty_answers_are_not_cached(llm_server, kv):
 
 def test_params_are_part_of_the_cache_key_and_reach_the_server(llm_server, kv):
     client = client_for(llm_server, cache=kv)
-    variants = [{}, {"temperature": 0.7}, {"logit_bias": {1234: -100}}, {"max_tokens": 5},
-                {"response_format": {"type": "json_object"}}]
+    variants = [
+        {},
+        {"temperature": 0.7},
+        {"logit_bias": {1234: -100}},
+        {"max_tokens": 5},
+        {"response_format": {"type": "json_object"}},
+    ]
     for kw in variants:
         assert not client.chat(MSG, **kw).cached
     assert llm_server.chat_count == len(variants)
     for kw in variants:  # each variant is now its own cache hit
         assert client.chat(MSG, **kw).cached
     assert llm_server.chat_count == len(variants)
-    keys = {chat_cache_key("test-model", MSG, kw.get("temperature", 0.0), kw.get("max_tokens"),
-                           kw.get("logit_bias"), kw.get("response_format")) for kw in variants}
+    keys = {
+        chat_cache_key(
+            "test-model",
+            MSG,
+            kw.get("temperature", 0.0),
+            kw.get("max_tokens"),
+            kw.get("logit_bias"),
+            kw.get("response_format"),
+        )
+        for kw in variants
+    }
     assert len(keys) == len(variants)
 
     bodies = llm_server.requests
@@ -94,8 +120,9 @@ def test_params_are_part_of_the_cache_key_and_reach_the_server(llm_server, kv):
 
 
 def test_usage_from_response_or_tiktoken_fallback(llm_server):
-    llm_server.script(Reply("alpha beta", prompt_tokens=123, completion_tokens=45),
-                      Reply("alpha beta gamma", include_usage=False))
+    llm_server.script(
+        Reply("alpha beta", prompt_tokens=123, completion_tokens=45), Reply("alpha beta gamma", include_usage=False)
+    )
     client = client_for(llm_server)  # no cache
     a = client.chat(MSG)
     b = client.chat(MSG)
@@ -107,6 +134,7 @@ def test_usage_from_response_or_tiktoken_fallback(llm_server):
 
 
 # -- retries --------------------------------------------------------------------------------------------
+
 
 def test_429_with_retry_after_is_honoured(llm_server, kv):
     llm_server.script(Reply(status=429, headers={"Retry-After": "0.3"}), Reply("fine"))
@@ -209,6 +237,7 @@ def test_connection_refused():
 
 # -- concurrency and cancellation ----------------------------------------------------------------------
 
+
 def test_chat_many_bounded_concurrency_order_and_failures(kv):
     def responder(body):
         content = body["messages"][-1]["content"]
@@ -234,7 +263,9 @@ def test_chat_many_bounded_concurrency_order_and_failures(kv):
 def test_shared_client_limit_applies_across_threads():
     with ScriptedLLMServer(lambda body: Reply("ok", delay_s=0.2)) as server:
         client = client_for(server, max_concurrent=2)
-        threads = [threading.Thread(target=client.chat, args=([{"role": "user", "content": str(i)}],)) for i in range(6)]
+        threads = [
+            threading.Thread(target=client.chat, args=([{"role": "user", "content": str(i)}],)) for i in range(6)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -303,6 +334,7 @@ def test_cancel_while_waiting_for_a_slot(llm_server):
 
 # -- embeddings -------------------------------------------------------------------------------------------
 
+
 def test_embed_normalised_rows_in_order_batched_and_cached(llm_server, kv):
     client = client_for(llm_server, cache=kv, embedding_model="test-embed")
     texts = [f"text number {i}" for i in range(70)] + ["text number 3"]  # 70 distinct -> batches of 64 + 6
@@ -332,8 +364,15 @@ def test_embed_without_model_is_a_config_error(llm_server):
 
 # -- configuration and secrets ---------------------------------------------------------------------------
 
-ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL",
-       "GRAPHRAG_MAX_CONCURRENT_CHATS", "GRAPHRAG_LLM_TIMEOUT", "GRAPHRAG_LLM_MAX_RETRIES")
+ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "GRAPHRAG_LLM_MODEL",
+    "GRAPHRAG_EMBEDDING_MODEL",
+    "GRAPHRAG_MAX_CONCURRENT_CHATS",
+    "GRAPHRAG_LLM_TIMEOUT",
+    "GRAPHRAG_LLM_MAX_RETRIES",
+)
 
 
 def test_from_env(monkeypatch, llm_server, kv):
@@ -349,9 +388,14 @@ def test_from_env(monkeypatch, llm_server, kv):
     assert llm_server.request_headers[-1]["authorization"] == "Bearer EMPTY"
     assert client.cache is kv
 
-    for name, value in [("OPENAI_API_KEY", TEST_API_KEY), ("GRAPHRAG_LLM_MODEL", "qwen2.5"),
-                        ("GRAPHRAG_EMBEDDING_MODEL", "bge-m3"), ("GRAPHRAG_MAX_CONCURRENT_CHATS", "4"),
-                        ("GRAPHRAG_LLM_TIMEOUT", "30"), ("GRAPHRAG_LLM_MAX_RETRIES", "2")]:
+    for name, value in [
+        ("OPENAI_API_KEY", TEST_API_KEY),
+        ("GRAPHRAG_LLM_MODEL", "qwen2.5"),
+        ("GRAPHRAG_EMBEDDING_MODEL", "bge-m3"),
+        ("GRAPHRAG_MAX_CONCURRENT_CHATS", "4"),
+        ("GRAPHRAG_LLM_TIMEOUT", "30"),
+        ("GRAPHRAG_LLM_MAX_RETRIES", "2"),
+    ]:
         monkeypatch.setenv(name, value)
     client = LLMClient.from_env()
     assert (client.model, client.embedding_model) == ("qwen2.5", "bge-m3")

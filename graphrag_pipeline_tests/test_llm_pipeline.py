@@ -42,7 +42,7 @@ def kinds(srv, start: int = 0) -> dict[str, int]:
 
 
 def test_general_build_with_gleaning_llm_reports_then_free_rebuild(server, fake, corpus, home):
-    fake.glean_text = f'("entity"<|>"GLEANED THING"<|>"category"<|>"Found in the second round")<|COMPLETE|>'
+    fake.glean_text = '("entity"<|>"GLEANED THING"<|>"category"<|>"Found in the second round")<|COMPLETE|>'
     code, out = cli("build", "--corpus", str(corpus), "--method", "general")
     assert code == 0, out
     assert SECRET not in out
@@ -119,7 +119,8 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     # the failing chunk was retried a bounded number of times, the others asked once
     k = kinds(server)
     assert k["light_extract"] == 3 * len(info["failed_chunks"]) + sum(
-        json.loads(p.read_text())["chunks"] for p in (home / "tables" / "chunks").glob("*.json")) - len(info["failed_chunks"])
+        json.loads(p.read_text())["chunks"] for p in (home / "tables" / "chunks").glob("*.json")
+    ) - len(info["failed_chunks"])
 
 
 def test_editing_one_document_pays_only_for_changed_chunks_and_communities(server, fake, corpus, home):
@@ -127,7 +128,10 @@ def test_editing_one_document_pays_only_for_changed_chunks_and_communities(serve
     assert code == 0, out
     start = len(server.requests)
     doc = corpus / "newton_and_the_royal_society.md"
-    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nIn 1705 Queen Anne knighted Isaac Newton at Trinity College.\n", encoding="utf-8")
+    doc.write_text(
+        doc.read_text(encoding="utf-8") + "\n\nIn 1705 Queen Anne knighted Isaac Newton at Trinity College.\n",
+        encoding="utf-8",
+    )
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out
     k = kinds(server, start)

@@ -4,23 +4,47 @@ from __future__ import annotations
 
 import polars as pl
 
-from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
 from graphrag_pipeline_tests.llm_server import ScriptedLLMServer, client_for
 
 
 def _nodes(rows):
-    return with_metrics(pl.DataFrame([{"key": n.casefold(), "name": n, "type": t, "description": f"about {n}",
-                                       "descriptions": [f"about {n}"], "source_ids": ["c"], "doc_ids": ["d"],
-                                       "degree": 0, "pagerank": 0.0} for n, t in rows], schema=NODE_SCHEMA),
-                        pl.DataFrame(schema=EDGE_SCHEMA))
+    return with_metrics(
+        pl.DataFrame(
+            [
+                {
+                    "key": n.casefold(),
+                    "name": n,
+                    "type": t,
+                    "description": f"about {n}",
+                    "descriptions": [f"about {n}"],
+                    "source_ids": ["c"],
+                    "doc_ids": ["d"],
+                    "degree": 0,
+                    "pagerank": 0.0,
+                }
+                for n, t in rows
+            ],
+            schema=NODE_SCHEMA,
+        ),
+        pl.DataFrame(schema=EDGE_SCHEMA),
+    )
 
 
 def test_llm_judge_merges_same_entities_and_refuses_others():
-    nodes = _nodes([("HMS Beagle", "SHIP"), ("H.M.S. Beagle", "SHIP"), ("Royal Society", "ORGANIZATION"),
-                    ("Royal Societies", "ORGANIZATION"), ("Product 1", "PRODUCT"), ("Product 2", "PRODUCT")])
+    nodes = _nodes(
+        [
+            ("HMS Beagle", "SHIP"),
+            ("H.M.S. Beagle", "SHIP"),
+            ("Royal Society", "ORGANIZATION"),
+            ("Royal Societies", "ORGANIZATION"),
+            ("Product 1", "PRODUCT"),
+            ("Product 2", "PRODUCT"),
+        ]
+    )
     with ScriptedLLMServer(FakeLLM()) as srv:
         client = client_for(srv)
         judge = LLMJudge(client, batch_size=1)
@@ -46,10 +70,14 @@ def test_resolution_only_asks_about_new_entities_and_replays_merges():
     nodes = _nodes([("HMS Beagle", "SHIP"), ("H.M.S. Beagle", "SHIP")])
     with ScriptedLLMServer(FakeLLM()) as srv:
         client = client_for(srv)
-        first = resolve_incremental(nodes, pl.DataFrame(schema=EDGE_SCHEMA), {}, judge=LLMJudge(client), judge_id="llm:t")
+        first = resolve_incremental(
+            nodes, pl.DataFrame(schema=EDGE_SCHEMA), {}, judge=LLMJudge(client), judge_id="llm:t"
+        )
         n = len(srv.requests)
         more = pl.concat([nodes, _nodes([("Beagle Channel", "SHIP")])]).pipe(lambda df: df)
-        second = resolve_incremental(more, pl.DataFrame(schema=EDGE_SCHEMA), first.state, judge=LLMJudge(client), judge_id="llm:t")
+        second = resolve_incremental(
+            more, pl.DataFrame(schema=EDGE_SCHEMA), first.state, judge=LLMJudge(client), judge_id="llm:t"
+        )
         assert second.merged == 1  # the earlier merge is replayed without asking
         assert second.changed == {"beagle channel"}
         assert len(srv.requests) - n <= 1
@@ -59,10 +87,33 @@ def test_long_descriptions_are_summarised_once_and_cached(tmp_path):
     from graphrag_pipeline.llm.cache import KVCache
 
     frags = [f"Fact number {i} about Darwin." for i in range(13)]
-    nodes = pl.DataFrame([{"key": "darwin", "name": "Darwin", "type": "PERSON", "description": "\n".join(frags),
-                           "descriptions": frags, "source_ids": ["c"], "doc_ids": ["d"], "degree": 0, "pagerank": 0.0},
-                          {"key": "kew", "name": "Kew", "type": "GEO", "description": "a garden", "descriptions": ["a garden"],
-                           "source_ids": ["c"], "doc_ids": ["d"], "degree": 0, "pagerank": 0.0}], schema=NODE_SCHEMA)
+    nodes = pl.DataFrame(
+        [
+            {
+                "key": "darwin",
+                "name": "Darwin",
+                "type": "PERSON",
+                "description": "\n".join(frags),
+                "descriptions": frags,
+                "source_ids": ["c"],
+                "doc_ids": ["d"],
+                "degree": 0,
+                "pagerank": 0.0,
+            },
+            {
+                "key": "kew",
+                "name": "Kew",
+                "type": "GEO",
+                "description": "a garden",
+                "descriptions": ["a garden"],
+                "source_ids": ["c"],
+                "doc_ids": ["d"],
+                "degree": 0,
+                "pagerank": 0.0,
+            },
+        ],
+        schema=NODE_SCHEMA,
+    )
     edges = pl.DataFrame(schema=EDGE_SCHEMA)
     with ScriptedLLMServer(FakeLLM()) as srv:
         client = client_for(srv, cache=KVCache(tmp_path / "c.sqlite", "llm"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA
-from graphrag_pipeline.graph.merge import merge_subgraphs
 from graphrag_pipeline.extract.records import Entity, Extraction, Relation
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS, build_doc_subgraph
+from graphrag_pipeline.graph.merge import merge_subgraphs
+from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA
 
 
 def ent(name: str, etype: str = "PERSON", description: str = "") -> Entity:
@@ -52,7 +52,11 @@ def test_subgraph_rows_and_schema():
     ]
     r = sub.relations.to_dicts()[0]
     assert (r["source_key"], r["target_key"], r["source"], r["target"]) == (
-        "isaac newton", "royal society", "Isaac Newton", "Royal Society")
+        "isaac newton",
+        "royal society",
+        "Isaac Newton",
+        "Royal Society",
+    )
     assert r["description"] == "president" and r["keywords"] == ["leads"] and r["weight"] == 2.0
     assert sub.dropped_relations == 0
 
@@ -75,10 +79,13 @@ def test_subgraph_drops_and_counts_self_and_unknown_relations():
 
 
 def test_subgraph_relation_endpoints_must_be_in_the_same_chunk():
-    sub = build_doc_subgraph("d", [
-        (0, "c0", Extraction([ent("Darwin")])),
-        (1, "c1", Extraction([ent("Wallace")], [rel("Darwin", "Wallace")])),
-    ])
+    sub = build_doc_subgraph(
+        "d",
+        [
+            (0, "c0", Extraction([ent("Darwin")])),
+            (1, "c1", Extraction([ent("Wallace")], [rel("Darwin", "Wallace")])),
+        ],
+    )
     assert sub.relations.height == 0 and sub.dropped_relations == 1
 
 
@@ -96,8 +103,13 @@ def test_subgraph_of_nothing_is_empty_with_schema():
 def test_same_name_in_different_case_is_one_node_with_most_frequent_form():
     result, _ = merge_docs(
         ("doc1", [(0, "c1", Extraction([ent("royal society", "ORGANIZATION")]))]),
-        ("doc2", [(0, "c2", Extraction([ent("Royal Society", "ORGANIZATION"), ent("ROYAL SOCIETY", "ORGANIZATION")])),
-                  (1, "c3", Extraction([ent("Royal Society", "ORGANIZATION")]))]),
+        (
+            "doc2",
+            [
+                (0, "c2", Extraction([ent("Royal Society", "ORGANIZATION"), ent("ROYAL SOCIETY", "ORGANIZATION")])),
+                (1, "c3", Extraction([ent("Royal Society", "ORGANIZATION")])),
+            ],
+        ),
     )
     assert result.nodes.height == 1
     assert node(result, "royal society")["name"] == "Royal Society"  # 2 of 4, though seen second
@@ -123,10 +135,20 @@ def test_type_majority_vote_and_first_seen_tie_break():
 
 def test_descriptions_deduplicated_in_first_seen_order():
     result, _ = merge_docs(
-        ("doc1", [(0, "c1", Extraction([ent("Newton", description="Physicist.")])),
-                  (1, "c2", Extraction([ent("Newton", description="")]))]),
-        ("doc2", [(0, "c3", Extraction([ent("Newton", description="President of the Royal Society.")])),
-                  (1, "c4", Extraction([ent("Newton", description="Physicist.")]))]),
+        (
+            "doc1",
+            [
+                (0, "c1", Extraction([ent("Newton", description="Physicist.")])),
+                (1, "c2", Extraction([ent("Newton", description="")])),
+            ],
+        ),
+        (
+            "doc2",
+            [
+                (0, "c3", Extraction([ent("Newton", description="President of the Royal Society.")])),
+                (1, "c4", Extraction([ent("Newton", description="Physicist.")])),
+            ],
+        ),
     )
     n = node(result, "newton")
     assert n["descriptions"] == ["Physicist.", "President of the Royal Society."]
@@ -156,12 +178,39 @@ def test_source_and_doc_ids_are_unioned():
 
 def test_relation_weights_summed_per_unordered_pair():
     result, _ = merge_docs(
-        ("doc1", [(0, "c1", Extraction([ent("Newton"), ent("Royal Society")],
-                                       [rel("Newton", "Royal Society", 2, "president", ["leads"])]))]),
-        ("doc2", [(0, "c2", Extraction([ent("royal society"), ent("NEWTON")],
-                                       [rel("royal society", "NEWTON", 3, "elected him", ["member", "leads"])])),
-                  (1, "c3", Extraction([ent("Newton"), ent("Royal Society")],
-                                       [rel("Newton", "Royal Society", 0.5, "president")]))]),
+        (
+            "doc1",
+            [
+                (
+                    0,
+                    "c1",
+                    Extraction(
+                        [ent("Newton"), ent("Royal Society")],
+                        [rel("Newton", "Royal Society", 2, "president", ["leads"])],
+                    ),
+                )
+            ],
+        ),
+        (
+            "doc2",
+            [
+                (
+                    0,
+                    "c2",
+                    Extraction(
+                        [ent("royal society"), ent("NEWTON")],
+                        [rel("royal society", "NEWTON", 3, "elected him", ["member", "leads"])],
+                    ),
+                ),
+                (
+                    1,
+                    "c3",
+                    Extraction(
+                        [ent("Newton"), ent("Royal Society")], [rel("Newton", "Royal Society", 0.5, "president")]
+                    ),
+                ),
+            ],
+        ),
     )
     assert result.edges.height == 1
     e = result.edges.to_dicts()[0]
@@ -177,8 +226,19 @@ def test_relation_weights_summed_per_unordered_pair():
 
 def test_edges_are_canonical_and_schemas_hold():
     result, _ = merge_docs(
-        ("d", [(0, "c", Extraction([ent("Zeta"), ent("Alpha"), ent("Mu")],
-                                   [rel("Zeta", "Alpha"), rel("Mu", "Alpha"), rel("Zeta", "Mu")]))]),
+        (
+            "d",
+            [
+                (
+                    0,
+                    "c",
+                    Extraction(
+                        [ent("Zeta"), ent("Alpha"), ent("Mu")],
+                        [rel("Zeta", "Alpha"), rel("Mu", "Alpha"), rel("Zeta", "Mu")],
+                    ),
+                )
+            ],
+        ),
     )
     assert result.nodes.schema == pl.Schema(NODE_SCHEMA)
     assert result.edges.schema == pl.Schema(EDGE_SCHEMA)
@@ -190,15 +250,23 @@ def test_edges_are_canonical_and_schemas_hold():
 def test_merge_drops_and_counts_self_and_unknown_relations():
     entities = pl.DataFrame(
         [("d", 0, "c", "newton", "Newton", "PERSON", ""), ("d", 0, "c", "hooke", "Hooke", "PERSON", "")],
-        schema=ENTITY_ROWS, orient="row",
+        schema=ENTITY_ROWS,
+        orient="row",
     )
 
     def r(s, t):
         return ("d", 0, "c", s, t, s.title(), t.title(), "", [], 1.0)
 
     relations = pl.DataFrame(
-        [r("newton", "hooke"), r("hooke", "newton"), r("newton", "newton"), r("newton", "leibniz"), r("ghost", "hooke")],
-        schema=RELATION_ROWS, orient="row",
+        [
+            r("newton", "hooke"),
+            r("hooke", "newton"),
+            r("newton", "newton"),
+            r("newton", "leibniz"),
+            r("ghost", "hooke"),
+        ],
+        schema=RELATION_ROWS,
+        orient="row",
     )
     result = merge_subgraphs(entities, relations)
     assert result.dropped_relations == 3
@@ -207,8 +275,9 @@ def test_merge_drops_and_counts_self_and_unknown_relations():
 
 def test_merge_with_only_dropped_relations_has_no_edges():
     entities = pl.DataFrame([("d", 0, "c", "newton", "Newton", "PERSON", "")], schema=ENTITY_ROWS, orient="row")
-    relations = pl.DataFrame([("d", 0, "c", "newton", "newton", "Newton", "Newton", "", [], 1.0)],
-                             schema=RELATION_ROWS, orient="row")
+    relations = pl.DataFrame(
+        [("d", 0, "c", "newton", "newton", "Newton", "Newton", "", [], 1.0)], schema=RELATION_ROWS, orient="row"
+    )
     result = merge_subgraphs(entities, relations)
     assert result.edges.height == 0 and result.dropped_relations == 1
     assert result.nodes["degree"].to_list() == [0]
@@ -217,8 +286,19 @@ def test_merge_with_only_dropped_relations_has_no_edges():
 
 def test_degree_and_pagerank():
     result, _ = merge_docs(
-        ("d", [(0, "c", Extraction([ent("Hub"), ent("A"), ent("B"), ent("C"), ent("Loner")],
-                                   [rel("Hub", "A"), rel("Hub", "B"), rel("Hub", "C"), rel("A", "B")]))]),
+        (
+            "d",
+            [
+                (
+                    0,
+                    "c",
+                    Extraction(
+                        [ent("Hub"), ent("A"), ent("B"), ent("C"), ent("Loner")],
+                        [rel("Hub", "A"), rel("Hub", "B"), rel("Hub", "C"), rel("A", "B")],
+                    ),
+                )
+            ],
+        ),
     )
     nodes = {r["key"]: r for r in result.nodes.to_dicts()}
     assert {k: v["degree"] for k, v in nodes.items()} == {"hub": 3, "a": 2, "b": 2, "c": 1, "loner": 0}
@@ -256,19 +336,26 @@ def _doc_rows(doc: str, mentions: list[tuple[str, str]], pairs: list[tuple[str, 
 
     from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 
-    ents = pl.DataFrame([(doc, 0, f"{doc}-c0", n.casefold(), n, "person", d) for n, d in mentions],
-                        schema=ENTITY_ROWS, orient="row")
-    rels = pl.DataFrame([(doc, 0, f"{doc}-c0", a.casefold(), b.casefold(), a, b, f"{a} and {b} in {doc}", ["k"], 1.0)
-                         for a, b in pairs], schema=RELATION_ROWS, orient="row")
+    ents = pl.DataFrame(
+        [(doc, 0, f"{doc}-c0", n.casefold(), n, "person", d) for n, d in mentions], schema=ENTITY_ROWS, orient="row"
+    )
+    rels = pl.DataFrame(
+        [
+            (doc, 0, f"{doc}-c0", a.casefold(), b.casefold(), a, b, f"{a} and {b} in {doc}", ["k"], 1.0)
+            for a, b in pairs
+        ],
+        schema=RELATION_ROWS,
+        orient="row",
+    )
     return ents, rels
 
 
 def test_incremental_merge_equals_a_full_merge(tmp_path):
     import polars as pl
 
-    from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.graph.mentions import update_merged_graph
     from graphrag_pipeline.graph.merge import merge_subgraphs
+    from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import Store
 
     store = Store(Paths(tmp_path))
@@ -276,8 +363,11 @@ def test_incremental_merge_equals_a_full_merge(tmp_path):
 
     def write(doc: str, offset: int, extra: str = "") -> None:
         names = [people[(offset + j) % 40] for j in range(6)] + ([extra] if extra else [])
-        ents, rels = _doc_rows(doc, [(n, f"{n} appears in {doc}") for n in names],
-                               [(names[j], names[j + 1]) for j in range(len(names) - 1)] + [(names[0], names[0])])
+        ents, rels = _doc_rows(
+            doc,
+            [(n, f"{n} appears in {doc}") for n in names],
+            [(names[j], names[j + 1]) for j in range(len(names) - 1)] + [(names[0], names[0])],
+        )
         store.write_subgraph(doc, ents, rels, {"dropped_relations": 1})
 
     docs = [f"doc{i:02d}" for i in range(30)]
@@ -312,8 +402,8 @@ def test_chunk_table_follows_changed_documents_only(tmp_path):
 
     import polars as pl
 
-    from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.graph.mentions import all_chunks
+    from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import CHUNK_ROWS, Store
 
     store = Store(Paths(tmp_path))

@@ -12,22 +12,30 @@ from pathlib import Path
 
 import duckdb
 
-from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.ingest.corpus_sync import range_tags
+from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline_tests.conftest import cli
 
 
 def _dagster(env: dict, *args: str) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("dagster")
-    return subprocess.Popen([str(exe), "job", "execute", "-m", "graphrag_pipeline.definitions", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [str(exe), "job", "execute", "-m", "graphrag_pipeline.definitions", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_parallel_runs_lose_nothing_and_never_lock(home, corpus, instance):
     for i in range(20):
         (corpus / f"extra_{i:02d}.txt").write_text(
-            f"Report {i}: Charles Babbage met Ada Lovelace in London.\n\nThe Royal Society of London discussed item {i} "
-            f"with Michael Faraday and John Herschel.", encoding="utf-8")
+            f"Report {i}: Charles Babbage met Ada Lovelace in London.\n\nThe Royal Society of London discussed "
+            f"item {i} "
+            f"with Michael Faraday and John Herschel.",
+            encoding="utf-8",
+        )
     inst = instance()  # the instance under this GRAPHRAG_HOME, prepared as a build does
     from graphrag_pipeline.ingest.documents import scan_corpus
 

@@ -20,8 +20,10 @@ def rels(result: ParseResult) -> dict[tuple[str, str], tuple[str, list[str], flo
 
 DARWIN = '("entity"<|>"CHARLES DARWIN"<|>"PERSON"<|>"English naturalist who sailed on HMS Beagle")'
 BEAGLE = '("entity"<|>HMS BEAGLE<|>SHIP<|>Royal Navy survey ship)'
-SAILED = ('("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"Darwin sailed as naturalist on the Beagle"'
-          '<|>"voyage, naturalist"<|>9)')
+SAILED = (
+    '("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"Darwin sailed as naturalist on the Beagle"'
+    '<|>"voyage, naturalist"<|>9)'
+)
 
 # ---------------------------------------------------------------------------------------------
 # realistic full answers
@@ -70,7 +72,10 @@ def test_full_light_answer():
     assert e["Robert FitzRoy"][1] == "Robert FitzRoy was the captain of HMS Beagle."
     rs = rels(r)
     assert rs[("Charles Darwin", "HMS Beagle")] == (
-        "Darwin sailed aboard HMS Beagle as the expedition's naturalist.", ["voyage", "naturalist role"], 9.0)
+        "Darwin sailed aboard HMS Beagle as the expedition's naturalist.",
+        ["voyage", "naturalist role"],
+        9.0,
+    )
     assert rs[("Robert FitzRoy", "HMS Beagle")][2] == 7.0
     assert r.extraction.content_keywords == ["evolution", "natural selection", "scientific voyage", "Galápagos"]
     assert r.extraction.dropped_relations == 0
@@ -84,8 +89,9 @@ def test_full_general_answer_with_gleaning_continuation():
     e = ents(r)
     assert set(e) == {"MARTIN SMITH", "CENTRAL INSTITUTION", "MARKET STRATEGY COMMITTEE", "VERDANTIS"}
     # the gleaned record for "martin smith" is the same entity: its description is appended
-    assert e["MARTIN SMITH"][1] == ("Martin Smith is the chair of the Central Institution\n"
-                                    "Martin Smith will hold a press conference on Thursday")
+    assert e["MARTIN SMITH"][1] == (
+        "Martin Smith is the chair of the Central Institution\nMartin Smith will hold a press conference on Thursday"
+    )
     rs = rels(r)
     desc, kws, w = rs[("MARTIN SMITH", "CENTRAL INSTITUTION")]
     assert desc.endswith("will answer questions at a press conference") and kws == [] and w == 9.0
@@ -115,7 +121,13 @@ def test_chinese_answer():
 
 
 def test_truncated_answer_cut_mid_record():
-    text = DARWIN + "##\n" + BEAGLE + "##\n" + '("entity"<|>"ROBERT FITZROY"<|>"PERSON"<|>"Captain of the Beagle (later gov'
+    text = (
+        DARWIN
+        + "##\n"
+        + BEAGLE
+        + "##\n"
+        + '("entity"<|>"ROBERT FITZROY"<|>"PERSON"<|>"Captain of the Beagle (later gov'
+    )
     r = parse_extraction(text, "c")
     assert r.ok and r.records == 2 and r.malformed == 1
     assert set(ents(r)) == {"CHARLES DARWIN", "HMS BEAGLE"}
@@ -123,12 +135,23 @@ def test_truncated_answer_cut_mid_record():
     r2 = parse_extraction(DARWIN + "##\n" + '("entity"<|>"ROBERT FITZROY"<|>"PERSON"<|>"Captain (1805)', "c")
     assert (r2.records, r2.malformed) == (1, 1) and set(ents(r2)) == {"CHARLES DARWIN"}
     # a truncated relationship cannot keep a half description either
-    r3 = parse_extraction(DARWIN + "##" + BEAGLE + '##("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"Darwin sai', "c")
+    r3 = parse_extraction(
+        DARWIN + "##" + BEAGLE + '##("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"Darwin sai', "c"
+    )
     assert r3.extraction.relations == [] and r3.malformed == 1
 
 
-@pytest.mark.parametrize("text", ["", "   \n\n", "I'm sorry, I cannot help with that.", "lorem ipsum <|> dolor ## sit",
-                                  "[citation needed]", "{not json at all"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   \n\n",
+        "I'm sorry, I cannot help with that.",
+        "lorem ipsum <|> dolor ## sit",
+        "[citation needed]",
+        "{not json at all",
+    ],
+)
 def test_garbage_and_empty_are_not_ok(text):
     r = parse_extraction(text, "c")
     assert not r.ok
@@ -185,7 +208,10 @@ def test_stray_record_delimiters_at_start_and_end():
 
 
 def test_record_spanning_several_lines():
-    text = '("entity"<|>\n  "CHARLES DARWIN"<|>\n  "PERSON"<|>\n  "Naturalist (1809-1882)\nwho wrote On the Origin of Species"\n)##\n' + BEAGLE
+    text = (
+        '("entity"<|>\n  "CHARLES DARWIN"<|>\n  "PERSON"<|>\n  "Naturalist (1809-1882)\nwho wrote On the Origin of Species"\n)##\n'
+        + BEAGLE
+    )
     r = parse_extraction(text, "c")
     assert r.records == 2
     assert ents(r)["CHARLES DARWIN"][1] == "Naturalist (1809-1882)\nwho wrote On the Origin of Species"
@@ -210,9 +236,12 @@ def test_markdown_fences_bullets_and_bold():
 
 
 def test_chatter_before_between_and_after_records():
-    text = ("Sure! Here are the entities:\n\n" + DARWIN + "\n" + BEAGLE + "\n\n"
-            "## Relationships\nNow the relationships between them (as requested):\n"
-            + SAILED + "\n\nLet me know if you need anything else.")
+    text = (
+        "Sure! Here are the entities:\n\n" + DARWIN + "\n" + BEAGLE + "\n\n"
+        "## Relationships\nNow the relationships between them (as requested):\n"
+        + SAILED
+        + "\n\nLet me know if you need anything else."
+    )
     r = parse_extraction(text, "c")
     assert r.records == 3 and r.malformed == 0
     assert ents(r)["HMS BEAGLE"][1] == "Royal Navy survey ship"  # the heading did not leak into it
@@ -233,16 +262,23 @@ def test_tuple_delimiter_with_spaces_and_custom_delimiters():
     r = parse_extraction('("entity" <|> "CHARLES DARWIN" <|>  "PERSON"  <|> "Naturalist" )', "c")
     assert ents(r) == {"CHARLES DARWIN": ("PERSON", "Naturalist")}
     # newer LightRAG style: <|#|> tuple delimiter, no parentheses, records one per line
-    text = ("entity<|#|>Charles Darwin<|#|>Person<|#|>Naturalist\n"
-            "entity<|#|>HMS Beagle<|#|>Ship<|#|>Survey ship\n"
-            "relation<|#|>Charles Darwin<|#|>HMS Beagle<|#|>Darwin sailed on the Beagle<|#|>voyage, naturalist<|#|>8\n"
-            "<|COMPLETE|>")
+    text = (
+        "entity<|#|>Charles Darwin<|#|>Person<|#|>Naturalist\n"
+        "entity<|#|>HMS Beagle<|#|>Ship<|#|>Survey ship\n"
+        "relation<|#|>Charles Darwin<|#|>HMS Beagle<|#|>Darwin sailed on the Beagle<|#|>voyage, naturalist<|#|>8\n"
+        "<|COMPLETE|>"
+    )
     r = parse_extraction(text, "c", tuple_delimiter="<|#|>")
     assert ents(r) == {"Charles Darwin": ("PERSON", "Naturalist"), "HMS Beagle": ("SHIP", "Survey ship")}
     assert rels(r)[("Charles Darwin", "HMS Beagle")] == ("Darwin sailed on the Beagle", ["voyage", "naturalist"], 8.0)
     assert r.records == 3 and r.malformed == 0
-    r = parse_extraction('(entity;;X CORP;;ORG;;A company)@@(entity;;Y;;ORG;;Another)[[END]](entity;;Z;;ORG;;no)',
-                         "c", tuple_delimiter=";;", record_delimiter="@@", completion_delimiter="[[END]]")
+    r = parse_extraction(
+        "(entity;;X CORP;;ORG;;A company)@@(entity;;Y;;ORG;;Another)[[END]](entity;;Z;;ORG;;no)",
+        "c",
+        tuple_delimiter=";;",
+        record_delimiter="@@",
+        completion_delimiter="[[END]]",
+    )
     assert set(ents(r)) == {"X CORP", "Y"}
 
 
@@ -257,8 +293,11 @@ def test_plain_pipe_is_not_a_delimiter():
 
 
 def test_delimiter_inside_entity_description_is_joined_back():
-    r = parse_extraction('("entity"<|>"TEMPLATE ENGINE"<|>"SOFTWARE"<|>"Uses <|> as its field separator")##'
-                         "(entity<|>SPLITTER<|>TOOL<|>splits on <|> and joins on<|>again)", "c")
+    r = parse_extraction(
+        '("entity"<|>"TEMPLATE ENGINE"<|>"SOFTWARE"<|>"Uses <|> as its field separator")##'
+        "(entity<|>SPLITTER<|>TOOL<|>splits on <|> and joins on<|>again)",
+        "c",
+    )
     assert r.records == 2
     assert ents(r)["TEMPLATE ENGINE"] == ("SOFTWARE", "Uses <|> as its field separator")
     assert ents(r)["SPLITTER"] == ("TOOL", "splits on <|> and joins on<|>again")
@@ -266,26 +305,34 @@ def test_delimiter_inside_entity_description_is_joined_back():
 
 def test_relationship_field_counts():
     base = DARWIN + "##" + BEAGLE + "##"
-    four = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on)', "c", default_weight=2.0)
+    four = parse_extraction(
+        base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on)', "c", default_weight=2.0
+    )
     assert rels(four)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", [], 2.0)
     general = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>6)', "c")
     assert rels(general)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", [], 6.0)
-    light_no_strength = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>voyage, science)', "c")
+    light_no_strength = parse_extraction(
+        base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>voyage, science)', "c"
+    )
     assert rels(light_no_strength)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", ["voyage", "science"], 1.0)
     light = parse_extraction(base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>voyage<|>7.5)', "c")
     assert rels(light)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on", ["voyage"], 7.5)
     extra = parse_extraction(
-        base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>the Beagle, 1831<|>voyage; science<|>8)', "c")
+        base + '("relationship"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed on<|>the Beagle, 1831<|>voyage; science<|>8)',
+        "c",
+    )
     assert rels(extra)[("CHARLES DARWIN", "HMS BEAGLE")] == ("sailed on<|>the Beagle, 1831", ["voyage", "science"], 8.0)
     missing_target = parse_extraction(base + '("relationship"<|>CHARLES DARWIN)', "c")
     assert missing_target.extraction.relations == [] and missing_target.malformed == 1
 
 
 def test_record_type_names_case_insensitive_and_quoted():
-    text = ("(ENTITY<|>CHARLES DARWIN<|>PERSON<|>naturalist)##('Entity'<|>HMS BEAGLE<|>SHIP<|>ship)##"
-            "(\"RELATIONSHIP\"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed<|>voyage<|>5)##"
-            "(relation<|>HMS BEAGLE<|>CHARLES DARWIN<|>carried<|>transport<|>3)##"
-            "(“high_level_keywords”<|>exploration, biology)##(Content_Keywords<|>evolution)")
+    text = (
+        "(ENTITY<|>CHARLES DARWIN<|>PERSON<|>naturalist)##('Entity'<|>HMS BEAGLE<|>SHIP<|>ship)##"
+        '("RELATIONSHIP"<|>CHARLES DARWIN<|>HMS BEAGLE<|>sailed<|>voyage<|>5)##'
+        "(relation<|>HMS BEAGLE<|>CHARLES DARWIN<|>carried<|>transport<|>3)##"
+        "(“high_level_keywords”<|>exploration, biology)##(Content_Keywords<|>evolution)"
+    )
     r = parse_extraction(text, "c")
     assert r.records == 6 and r.malformed == 0
     assert set(ents(r)) == {"CHARLES DARWIN", "HMS BEAGLE"}
@@ -301,11 +348,28 @@ def test_unknown_record_type_is_malformed():
 
 @pytest.mark.parametrize(
     ("strength", "weight"),
-    [("9", 9.0), ("7.5", 7.5), ('"7.5"', 7.5), ("8/10", 8.0), ("0.8", 0.8), ("(6)", 6.0), ("high", 3.0),
-     ('""', 3.0), ("", 3.0), ("N/A", 3.0), ("strong", 3.0), ("7,5", 7.5)],
+    [
+        ("9", 9.0),
+        ("7.5", 7.5),
+        ('"7.5"', 7.5),
+        ("8/10", 8.0),
+        ("0.8", 0.8),
+        ("(6)", 6.0),
+        ("high", 3.0),
+        ('""', 3.0),
+        ("", 3.0),
+        ("N/A", 3.0),
+        ("strong", 3.0),
+        ("7,5", 7.5),
+    ],
 )
 def test_strength_values(strength, weight):
-    text = DARWIN + "##" + BEAGLE + f'##("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"sailed"<|>"voyage"<|>{strength})'
+    text = (
+        DARWIN
+        + "##"
+        + BEAGLE
+        + f'##("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"sailed"<|>"voyage"<|>{strength})'
+    )
     r = parse_extraction(text, "c", default_weight=3.0)
     assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][2] == weight
 
@@ -316,10 +380,12 @@ def test_strength_values(strength, weight):
 
 
 def test_entities_differing_in_case_or_quotes_are_one():
-    text = ('("entity"<|>"Charles Darwin"<|>"PERSON"<|>"English naturalist")##'
-            '("entity"<|>CHARLES DARWIN<|>PERSON<|>English naturalist)##'
-            "(\"entity\"<|>'charles  darwin'<|>\"\"<|>\"Author of On the Origin of Species\")##"
-            '("entity"<|>“Charles Darwin”<|>PERSON<|>)')
+    text = (
+        '("entity"<|>"Charles Darwin"<|>"PERSON"<|>"English naturalist")##'
+        '("entity"<|>CHARLES DARWIN<|>PERSON<|>English naturalist)##'
+        '("entity"<|>\'charles  darwin\'<|>""<|>"Author of On the Origin of Species")##'
+        '("entity"<|>“Charles Darwin”<|>PERSON<|>)'
+    )
     r = parse_extraction(text, "c")
     assert r.records == 4
     (e,) = r.extraction.entities
@@ -328,12 +394,14 @@ def test_entities_differing_in_case_or_quotes_are_one():
 
 
 def test_entity_type_cleaning_and_empty_fields():
-    text = ('("entity"<|>"Royal Navy"<|>"military organization"<|>"British navy")##'
-            '("entity"<|>"Beagle Channel"<|>""<|>"A strait in Tierra del Fuego")##'
-            '("entity"<|>""<|>"PERSON"<|>"nameless")##'
-            '("entity"<|>"   "<|>"PERSON"<|>"blank name")##'
-            '("entity"<|>"LONELY NAME")##'
-            '("entity"<|>"First voyage"<|>"event")')
+    text = (
+        '("entity"<|>"Royal Navy"<|>"military organization"<|>"British navy")##'
+        '("entity"<|>"Beagle Channel"<|>""<|>"A strait in Tierra del Fuego")##'
+        '("entity"<|>""<|>"PERSON"<|>"nameless")##'
+        '("entity"<|>"   "<|>"PERSON"<|>"blank name")##'
+        '("entity"<|>"LONELY NAME")##'
+        '("entity"<|>"First voyage"<|>"event")'
+    )
     r = parse_extraction(text, "c")
     e = ents(r)
     assert e["Royal Navy"][0] == "MILITARY_ORGANIZATION"
@@ -343,10 +411,12 @@ def test_entity_type_cleaning_and_empty_fields():
 
 
 def test_relations_to_unknown_entities_and_self_relations_are_dropped():
-    text = (DARWIN + "##" + BEAGLE + "##" + SAILED + "##"
-            '("relationship"<|>"CHARLES DARWIN"<|>"EMMA WEDGWOOD"<|>"married"<|>"family"<|>9)##'
-            '("relationship"<|>"ALFRED WALLACE"<|>"HMS BEAGLE"<|>"never sailed on it"<|>"none"<|>1)##'
-            '("relationship"<|>"Charles Darwin"<|>"charles darwin"<|>"himself"<|>"self"<|>5)')
+    text = (
+        DARWIN + "##" + BEAGLE + "##" + SAILED + "##"
+        '("relationship"<|>"CHARLES DARWIN"<|>"EMMA WEDGWOOD"<|>"married"<|>"family"<|>9)##'
+        '("relationship"<|>"ALFRED WALLACE"<|>"HMS BEAGLE"<|>"never sailed on it"<|>"none"<|>1)##'
+        '("relationship"<|>"Charles Darwin"<|>"charles darwin"<|>"himself"<|>"self"<|>5)'
+    )
     r = parse_extraction(text, "c")
     assert r.records == 6  # all parsed ...
     assert list(rels(r)) == [("CHARLES DARWIN", "HMS BEAGLE")]  # ... but only one kept
@@ -354,24 +424,28 @@ def test_relations_to_unknown_entities_and_self_relations_are_dropped():
 
 
 def test_relation_endpoints_use_entity_display_names_and_may_precede_entities():
-    text = ('("relationship"<|>"charles darwin"<|>"hms beagle"<|>"sailed"<|>"voyage"<|>4)##' + DARWIN + "##" + BEAGLE)
+    text = '("relationship"<|>"charles darwin"<|>"hms beagle"<|>"sailed"<|>"voyage"<|>4)##' + DARWIN + "##" + BEAGLE
     r = parse_extraction(text, "c")
     assert list(rels(r)) == [("CHARLES DARWIN", "HMS BEAGLE")] and r.extraction.dropped_relations == 0
 
 
 def test_keyword_splitting():
-    text = (DARWIN + "##" + BEAGLE + "##"
-            '("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"sailed"<|>" voyage ;science,, naturalist ; voyage,"<|>9)##'
-            '("content_keywords"<|>"evolution;  natural selection ,, ; Beagle voyage")##'
-            '("content_keywords"<|>evolution<|>"finches")')
+    text = (
+        DARWIN + "##" + BEAGLE + "##"
+        '("relationship"<|>"CHARLES DARWIN"<|>"HMS BEAGLE"<|>"sailed"<|>" voyage ;science,, naturalist ; voyage,"<|>9)##'
+        '("content_keywords"<|>"evolution;  natural selection ,, ; Beagle voyage")##'
+        '("content_keywords"<|>evolution<|>"finches")'
+    )
     r = parse_extraction(text, "c")
     assert rels(r)[("CHARLES DARWIN", "HMS BEAGLE")][1] == ["voyage", "science", "naturalist"]
     assert r.extraction.content_keywords == ["evolution", "natural selection", "Beagle voyage", "finches"]
 
 
 def test_repeated_relation_in_one_answer_is_kept_once():
-    text = (DARWIN + "##" + BEAGLE + "##" + SAILED + "##" + SAILED + "##"
-            '("relationship"<|>"HMS BEAGLE"<|>"CHARLES DARWIN"<|>"The Beagle carried Darwin"<|>"transport"<|>6)')
+    text = (
+        DARWIN + "##" + BEAGLE + "##" + SAILED + "##" + SAILED + "##"
+        '("relationship"<|>"HMS BEAGLE"<|>"CHARLES DARWIN"<|>"The Beagle carried Darwin"<|>"transport"<|>6)'
+    )
     r = parse_extraction(text, "c")
     (rel,) = r.extraction.relations
     assert rel.weight == 9.0 and rel.keywords == ["voyage", "naturalist", "transport"]
@@ -408,17 +482,21 @@ def test_json_answer():
 
 
 def test_broken_json_answer_is_repaired():
-    text = "{'entities': [{'name': 'Ada Lovelace', 'type': 'person', 'description': 'Mathematician',}, " \
-           "{'name': 'Analytical Engine', 'type': 'machine'}], 'relationships': [{'source': 'Ada Lovelace', " \
-           "'target': 'Analytical Engine', 'description': 'wrote programs for', 'strength': 'high'}]"
+    text = (
+        "{'entities': [{'name': 'Ada Lovelace', 'type': 'person', 'description': 'Mathematician',}, "
+        "{'name': 'Analytical Engine', 'type': 'machine'}], 'relationships': [{'source': 'Ada Lovelace', "
+        "'target': 'Analytical Engine', 'description': 'wrote programs for', 'strength': 'high'}]"
+    )
     r = parse_extraction(text, "c", default_weight=2.5)
     assert set(ents(r)) == {"Ada Lovelace", "Analytical Engine"}
     assert rels(r)[("Ada Lovelace", "Analytical Engine")] == ("wrote programs for", [], 2.5)
 
 
 def test_json_list_of_objects():
-    text = '[{"name": "X CORP", "type": "ORG", "description": "a company"}, {"name": "Y LTD", "type": "ORG"}, ' \
-           '{"source": "X CORP", "target": "Y LTD", "description": "acquired", "weight": 4}]'
+    text = (
+        '[{"name": "X CORP", "type": "ORG", "description": "a company"}, {"name": "Y LTD", "type": "ORG"}, '
+        '{"source": "X CORP", "target": "Y LTD", "description": "acquired", "weight": 4}]'
+    )
     r = parse_extraction(text, "c")
     assert set(ents(r)) == {"X CORP", "Y LTD"} and rels(r)[("X CORP", "Y LTD")][2] == 4.0
 
@@ -430,20 +508,38 @@ def test_json_list_of_objects():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("YES", True), ("Y", True), ("yes.", True), ("Yes, there are more entities to extract.", True), ('"yes"', True),
-     ("**Yes**", True), ("  no\n", False), ("N", False), ("No.", False), ("NO<|COMPLETE|>", False),
-     ("Maybe", None), ("", None), ("Not sure", None), ("N/A", None), ("Yesterday", None), ("Nope", None),
-     ("Yes/No", None), ("The answer is yes", None)],
+    [
+        ("YES", True),
+        ("Y", True),
+        ("yes.", True),
+        ("Yes, there are more entities to extract.", True),
+        ('"yes"', True),
+        ("**Yes**", True),
+        ("  no\n", False),
+        ("N", False),
+        ("No.", False),
+        ("NO<|COMPLETE|>", False),
+        ("Maybe", None),
+        ("", None),
+        ("Not sure", None),
+        ("N/A", None),
+        ("Yesterday", None),
+        ("Nope", None),
+        ("Yes/No", None),
+        ("The answer is yes", None),
+    ],
 )
 def test_parse_yes_no(text, expected):
     assert parse_yes_no(text) is expected
 
 
 def test_numbered_answers_sentences():
-    text = ("For Question 1, `ALPHA` and `BETA` are the same entity.##\n"
-            'For Question 2, "NO LIMIT LLC" and "NO LIMITS" are different entities.##\n'
-            "For Question 3, `SAME DAY INC` and `DIFFERENT DAY INC` are not the same entity.##\n"
-            "For Question 4, I am not sure whether `X` and `Y` match.")
+    text = (
+        "For Question 1, `ALPHA` and `BETA` are the same entity.##\n"
+        'For Question 2, "NO LIMIT LLC" and "NO LIMITS" are different entities.##\n'
+        "For Question 3, `SAME DAY INC` and `DIFFERENT DAY INC` are not the same entity.##\n"
+        "For Question 4, I am not sure whether `X` and `Y` match."
+    )
     assert parse_numbered_answers(text, 5) == [True, False, False, None, None]
 
 
@@ -453,11 +549,13 @@ def test_numbered_answers_compact_forms():
 
 
 def test_numbered_answers_conflicts_missing_and_out_of_range():
-    text = ("For Question 1, `A` and `B` are the same entity. For Question 2, `C` and `D` are different entities.\n"
-            "1. No\n"                      # conflicts with the first answer to question 1
-            "2. No\n"                      # agrees with the first answer to question 2
-            "Question 7: yes\n"            # there is no question 7
-            "Question 0: no")
+    text = (
+        "For Question 1, `A` and `B` are the same entity. For Question 2, `C` and `D` are different entities.\n"
+        "1. No\n"  # conflicts with the first answer to question 1
+        "2. No\n"  # agrees with the first answer to question 2
+        "Question 7: yes\n"  # there is no question 7
+        "Question 0: no"
+    )
     assert parse_numbered_answers(text, 4) == [None, False, None, None]
     assert parse_numbered_answers("", 2) == [None, None]
     assert parse_numbered_answers("I cannot answer these questions.", 3) == [None, None, None]

@@ -46,8 +46,12 @@ def built(home, corpus, instance):
 
 def test_build_materializes_everything_with_metadata_and_checks(built, home, instance):
     assert "check FAILED" not in built
-    for check in ("knowledge_graph_is_consistent", "resolved_graph_is_consistent",
-                  "communities_reference_entities", "search_index_is_complete"):
+    for check in (
+        "knowledge_graph_is_consistent",
+        "resolved_graph_is_consistent",
+        "communities_reference_entities",
+        "search_index_is_complete",
+    ):
         assert check in built
     stats = cli_json("stats", "--json")
     assert stats["documents"] == 7
@@ -61,17 +65,22 @@ def test_build_materializes_everything_with_metadata_and_checks(built, home, ins
     assert len(inst.get_runs()) == 2  # documents + graph, then reports + index
     assert len(_materialized(inst, "chunks")) == 7
     expectations = {
-        "chunks": ("chunks", "preview"), "doc_subgraph": ("entity_mentions", "preview"),
-        "knowledge_graph": ("entities", "top_entities"), "resolved_graph": ("candidate_pairs", "merges"),
-        "communities": ("communities", "levels"), "community_reports": ("reports", "preview"),
+        "chunks": ("chunks", "preview"),
+        "doc_subgraph": ("entity_mentions", "preview"),
+        "knowledge_graph": ("entities", "top_entities"),
+        "resolved_graph": ("candidate_pairs", "merges"),
+        "communities": ("communities", "levels"),
+        "community_reports": ("reports", "preview"),
         "search_index": ("entities", "type_pool"),
     }
     for asset, keys in expectations.items():
         meta = _latest_metadata(inst, asset)
         for key in keys:
             assert key in meta, (asset, key)
-    assert _latest_metadata(inst, "knowledge_graph")["entities"] == stats["entities"] or \
-        _latest_metadata(inst, "resolved_graph")["entities"] == stats["entities"]
+    assert (
+        _latest_metadata(inst, "knowledge_graph")["entities"] == stats["entities"]
+        or _latest_metadata(inst, "resolved_graph")["entities"] == stats["entities"]
+    )
     assert "Darwin" in _latest_metadata(inst, "knowledge_graph")["top_entities"]
 
     reports = json.loads(next((home / "reports").glob("*.json")).read_text())
@@ -113,8 +122,11 @@ def test_editing_one_document_reruns_only_its_partitions_and_changed_reports(bui
     inst = instance()
     reports_before = _materialized(inst, "community_reports")
     doc = corpus / "curie_radioactivity.md"
-    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nIn 1921 Marie Curie toured the United States, where "
-                   "President Warren Harding presented her with a gram of radium bought by American women.\n", encoding="utf-8")
+    doc.write_text(
+        doc.read_text(encoding="utf-8") + "\n\nIn 1921 Marie Curie toured the United States, where "
+        "President Warren Harding presented her with a gram of radium bought by American women.\n",
+        encoding="utf-8",
+    )
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     inst = instance()
@@ -159,7 +171,9 @@ def test_bad_files_are_skipped_with_a_message_and_others_build(home, corpus, ins
     (corpus / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4)
     (corpus / "noise.md").write_bytes(bytes((i * 37 + 128) % 256 | 0x80 for i in range(4000)))
     big = "Ada Lovelace wrote notes on the Analytical Engine of Charles Babbage. " * 3000
-    (corpus / "huge.txt").write_text(big + "\n\nThe Tail Entity Society appears only at the very end.", encoding="utf-8")
+    (corpus / "huge.txt").write_text(
+        big + "\n\nThe Tail Entity Society appears only at the very end.", encoding="utf-8"
+    )
     monkeypatch.setenv("GRAPHRAG_MAX_DOCUMENT_BYTES", "100000")
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
@@ -197,7 +211,8 @@ def test_a_file_deleted_before_its_run_is_skipped_not_fatal(home, corpus, instan
     from graphrag_pipeline.ingest.corpus_sync import range_tags
 
     result = defs.resolve_job_def("documents_job").execute_in_process(
-        instance=inst, tags=range_tags(["darwin_and_wallace.txt", "ghost.txt"]), raise_on_error=False)
+        instance=inst, tags=range_tags(["darwin_and_wallace.txt", "ghost.txt"]), raise_on_error=False
+    )
     assert result.success
     meta = _latest_metadata(inst, "chunks")
     assert meta["skipped"] == 1 and "ghost.txt" in meta["skipped_documents"]

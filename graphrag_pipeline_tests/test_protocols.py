@@ -55,7 +55,9 @@ def signature_problems(protocol, cls, obj=None) -> list[str]:
         if have is None or not callable(have):
             problems.append(f"{cls.__name__}.{name} missing")
         elif shape(have) != shape(want):
-            problems.append(f"{cls.__name__}.{name}{inspect.signature(have)} != {protocol.__name__}.{name}{inspect.signature(want)}")
+            problems.append(
+                f"{cls.__name__}.{name}{inspect.signature(have)} != {protocol.__name__}.{name}{inspect.signature(want)}"
+            )
     return problems
 
 
@@ -75,8 +77,11 @@ def test_the_search_index_protocol_lists_exactly_what_the_query_module_uses():
     import graphrag_pipeline.query.search as search
 
     tree = ast.parse(Path(search.__file__).read_text())
-    used = {node.attr for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "index"}
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "index"
+    }
     assert used == set(members(SearchIndex))
 
 
@@ -96,7 +101,10 @@ def test_the_llm_client_and_the_fake_clients_satisfy_the_client_protocols():
     try:
         for protocol in (ChatClient, EmbeddingClient, QueryClient):
             assert isinstance(client, protocol)
-        assert signature_problems(ChatClient, LLMClient) == [] and signature_problems(EmbeddingClient, LLMClient, client) == []
+        assert (
+            signature_problems(ChatClient, LLMClient) == []
+            and signature_problems(EmbeddingClient, LLMClient, client) == []
+        )
     finally:
         client.close()
     fake = FakeChatClient()
@@ -110,23 +118,36 @@ def test_the_fake_chat_client_answers_like_the_scripted_endpoint():
     from graphrag_pipeline.llm import prompts
 
     fake = FakeChatClient()
-    [one, two] = fake.chat_many([{"messages": [{"role": "user", "content": prompts.GLOBAL_REDUCE.format(points="- [a] x", question="q")}]},
-                                 {"messages": [{"role": "user", "content": "hello"}]}])
+    [one, two] = fake.chat_many(
+        [
+            {"messages": [{"role": "user", "content": prompts.GLOBAL_REDUCE.format(points="- [a] x", question="q")}]},
+            {"messages": [{"role": "user", "content": "hello"}]},
+        ]
+    )
     assert one.text.startswith("GLOBAL ANSWER") and two.text == "OK"
     assert fake.llm.calls["global_reduce"] == 1 and fake.llm.calls["unknown"] == 1
 
 
 def test_a_signature_that_differs_from_the_protocol_is_reported():
     class Renamed:
-        def chat(self, msgs, *, temperature=0.0, max_tokens=None, logit_bias=None, response_format=None, use_cache=True): ...
+        def chat(
+            self, msgs, *, temperature=0.0, max_tokens=None, logit_bias=None, response_format=None, use_cache=True
+        ): ...
 
         def chat_many(self, calls): ...
 
     class OtherDefault(Renamed):
-        def chat(self, messages, *, temperature=0.7, max_tokens=None, logit_bias=None, response_format=None, use_cache=True): ...
+        def chat(
+            self, messages, *, temperature=0.7, max_tokens=None, logit_bias=None, response_format=None, use_cache=True
+        ): ...
 
     assert isinstance(Renamed(), ChatClient)  # runtime_checkable only sees the names ...
     assert signature_problems(Embedder, HashingEmbedder) == ["HashingEmbedder.dim missing"]  # set per instance
-    assert signature_problems(ChatClient, Renamed) and signature_problems(ChatClient, OtherDefault)  # ... this sees the rest
+    assert signature_problems(ChatClient, Renamed) and signature_problems(
+        ChatClient, OtherDefault
+    )  # ... this sees the rest
     assert signature_problems(SearchIndex, Renamed)  # missing members
-    assert signature_problems(EmbeddingClient, FakeChatClient) == ["FakeChatClient.embed missing", "FakeChatClient.embedding_model missing"]
+    assert signature_problems(EmbeddingClient, FakeChatClient) == [
+        "FakeChatClient.embed missing",
+        "FakeChatClient.embedding_model missing",
+    ]

@@ -30,7 +30,9 @@ def _env(home: Path, **extra: str) -> dict:
 
 def _spawn(home: Path, corpus: Path, *args: str, **env: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "graphrag_pipeline.cli", "build", "--corpus", str(corpus), *args]
-    return subprocess.Popen(cmd, env=_env(home, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, env=_env(home, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait_for(predicate, timeout_s: float = 120.0) -> None:
@@ -46,8 +48,12 @@ def slow_llm(home, corpus, monkeypatch):
     """A chat model that takes 2 s per answer, so a build is surely in the middle of LLM calls."""
     fake = FakeLLM()
     with ScriptedLLMServer(lambda body: Reply(text=fake(body), delay_s=2.0)) as server:
-        env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test-key", "GRAPHRAG_LLM_MODEL": "fake-model",
-               "GRAPHRAG_LLM_TIMEOUT": "30"}
+        env = {
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "GRAPHRAG_LLM_MODEL": "fake-model",
+            "GRAPHRAG_LLM_TIMEOUT": "30",
+        }
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         yield server, env
@@ -58,8 +64,13 @@ def _instance(home: Path) -> dg.DagsterInstance:
 
 
 def _in_progress(inst) -> list:
-    return list(inst.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING,
-                                                               dg.DagsterRunStatus.CANCELING])))
+    return list(
+        inst.get_runs(
+            filters=dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING]
+            )
+        )
+    )
 
 
 def test_a_build_killed_twice_during_extraction_is_recovered_by_the_next(home, corpus, slow_llm):
@@ -67,7 +78,7 @@ def test_a_build_killed_twice_during_extraction_is_recovered_by_the_next(home, c
     for _ in range(2):
         seen = server.chat_count
         p = _spawn(home, corpus, "--method", "light", **env)
-        _wait_for(lambda: server.chat_count > seen)  # extraction has started: LLM calls are in flight
+        _wait_for(lambda seen=seen: server.chat_count > seen)  # extraction has started: LLM calls are in flight
         p.kill()
         p.wait(timeout=30)
     inst = _instance(home)
@@ -178,7 +189,9 @@ def test_the_home_keeps_its_corpus_and_method(built, home, corpus, tmp_path, mon
     sensor = defs.resolve_sensor_def("corpus_sensor")
     with dg.build_sensor_context(instance=inst, resources={"settings": defs.resources["settings"]}) as ctx:
         result = sensor(ctx)
-    removals = [r for r in (result.dynamic_partitions_requests or []) if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+    removals = [
+        r for r in (result.dynamic_partitions_requests or []) if isinstance(r, dg.DeleteDynamicPartitionsRequest)
+    ]
     assert not removals
     # and the daily reconcile schedule
     schedule = defs.resolve_schedule_def("daily_reconcile")
@@ -248,8 +261,14 @@ def test_waiting_for_a_pool_slot_is_bounded_and_slots_of_dead_runs_are_freed(hom
     storage.set_concurrency_slots("llm", 1)
     from graphrag_pipeline.definitions import defs
 
-    run = inst.create_run_for_job(defs.resolve_job_def("index_job"), tags={
-        "graphrag/cli": "build", "graphrag/pid": "999999999", "graphrag/host": __import__("socket").gethostname()})
+    run = inst.create_run_for_job(
+        defs.resolve_job_def("index_job"),
+        tags={
+            "graphrag/cli": "build",
+            "graphrag/pid": "999999999",
+            "graphrag/host": __import__("socket").gethostname(),
+        },
+    )
     inst.report_run_canceling(run)  # an in-progress status, as a killed build leaves it
     claim = storage.claim_concurrency_slot("llm", run.run_id, "doc_subgraph")
     assert claim.is_claimed and pool_holders(inst)[0] == 0

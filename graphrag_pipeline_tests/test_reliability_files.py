@@ -19,11 +19,22 @@ import duckdb
 import polars as pl
 import pytest
 
-from graphrag_pipeline.storage.layout import Paths
-from graphrag_pipeline.ingest.documents import corpus_keys, display_path, partition_key, read_document, scan_corpus
-from graphrag_pipeline.storage.files import DamagedFileError, clean_temp_files, describe_os_error, file_sha256, parquet_problem, read_json, read_parquet, verify_parquet, write_json, write_parquet
-from graphrag_pipeline.storage.store import InvalidPartitionKey, Store, check_partition_key, partition_key_problem
 from graphrag_pipeline.ingest.corpus_sync import plan_sync, stored_hash
+from graphrag_pipeline.ingest.documents import corpus_keys, display_path, partition_key, read_document, scan_corpus
+from graphrag_pipeline.storage.files import (
+    DamagedFileError,
+    clean_temp_files,
+    describe_os_error,
+    file_sha256,
+    parquet_problem,
+    read_json,
+    read_parquet,
+    verify_parquet,
+    write_json,
+    write_parquet,
+)
+from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline.storage.store import InvalidPartitionKey, Store, check_partition_key, partition_key_problem
 from graphrag_pipeline_tests.conftest import cli
 
 _KEY_CHARS = re.compile(r"^[\w.\-~]+$")
@@ -40,8 +51,14 @@ def _previous_partition_key(relpath: str) -> str:
     safe = re.compile(r"[^\w.\-]", re.UNICODE)
     parts = [safe.sub("_", p) for p in relpath.split("/")]
     key = "--".join(parts)
-    lossy = (any(safe.search(p) for p in relpath.split("/")) or "--" in relpath or "-/" in relpath
-             or "/-" in relpath or "\\" in original or key.startswith("."))
+    lossy = (
+        any(safe.search(p) for p in relpath.split("/"))
+        or "--" in relpath
+        or "-/" in relpath
+        or "/-" in relpath
+        or "\\" in original
+        or key.startswith(".")
+    )
     if lossy or len(key.encode("utf-8")) > 120:
         digest = hashlib.sha1(original.encode("utf-8")).hexdigest()[:8]
         head = key.encode("utf-8")[:110].decode("utf-8", errors="ignore")
@@ -88,11 +105,29 @@ def _hostile_corpus(root: Path) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("relpath", [
-    "a/b.txt", "notes.md", "a b.txt", "a--b.txt", "a-/b.txt", "a\\b.txt", "x:y*z?.html", "郑和/下西洋.txt",
-    "emoji 😀/note.md", "tab\tname.txt", "a" * 300 + ".txt", "长" * 80 + ".txt", NFC, "café/résumé.txt",
-    ".env.txt", "ä/ö/ü.md", "Ελληνικά.txt", "ﬁle.txt",  # a compatibility ligature, NFC as it is
-])
+@pytest.mark.parametrize(
+    "relpath",
+    [
+        "a/b.txt",
+        "notes.md",
+        "a b.txt",
+        "a--b.txt",
+        "a-/b.txt",
+        "a\\b.txt",
+        "x:y*z?.html",
+        "郑和/下西洋.txt",
+        "emoji 😀/note.md",
+        "tab\tname.txt",
+        "a" * 300 + ".txt",
+        "长" * 80 + ".txt",
+        NFC,
+        "café/résumé.txt",
+        ".env.txt",
+        "ä/ö/ü.md",
+        "Ελληνικά.txt",
+        "ﬁle.txt",  # a compatibility ligature, NFC as it is
+    ],
+)
 def test_keys_of_names_that_were_unambiguous_do_not_change(relpath):
     assert partition_key(relpath) == _previous_partition_key(relpath)
     assert corpus_keys([relpath]) == {relpath: _previous_partition_key(relpath)}
@@ -194,8 +229,21 @@ def test_build_of_a_corpus_with_hostile_names(home, corpus, instance):
 # 2. partition keys never reach outside the home
 # ---------------------------------------------------------------------------------------------
 
-BAD_KEYS = ["/abs/path", "../../x", "../../../escaped", "a/b", "..", ".", "a\x00b", "x" * 300, "", ".hidden",
-            "a\\b", "line\nbreak", "\udce9"]
+BAD_KEYS = [
+    "/abs/path",
+    "../../x",
+    "../../../escaped",
+    "a/b",
+    "..",
+    ".",
+    "a\x00b",
+    "x" * 300,
+    "",
+    ".hidden",
+    "a\\b",
+    "line\nbreak",
+    "\udce9",
+]
 
 
 @pytest.mark.parametrize("key", BAD_KEYS, ids=range(len(BAD_KEYS)))
@@ -208,8 +256,13 @@ def test_an_invalid_key_is_refused_wherever_files_are_written_or_read(tmp_path, 
     assert isinstance(err.value, ValueError)
     assert repr(key)[:60].strip("'") in str(err.value) and "invalid document partition key" in str(err.value)
     empty = pl.DataFrame({"a": [1]})
-    for call in (lambda: store.write_chunks(key, empty, {}), lambda: store.write_subgraph(key, empty, empty, {}),
-                 lambda: store.chunk_info(key), lambda: store.subgraph_info(key), lambda: store.read_chunks(key)):
+    for call in (
+        lambda: store.write_chunks(key, empty, {}),
+        lambda: store.write_subgraph(key, empty, empty, {}),
+        lambda: store.chunk_info(key),
+        lambda: store.subgraph_info(key),
+        lambda: store.read_chunks(key),
+    ):
         with pytest.raises(InvalidPartitionKey):
             call()
     assert _tree(tmp_path) == before  # nothing written anywhere
@@ -223,8 +276,17 @@ def test_an_invalid_key_is_refused_wherever_files_are_written_or_read(tmp_path, 
 
 
 def test_every_key_a_scan_makes_is_valid():
-    names = ["a/b.txt", "a" * 300 + ".txt", "长" * 200 + ".txt", os.fsdecode(b"\xff" * 250), "😀" * 100 + ".md",
-             NFD, ".x/y.txt", "tab\tname.txt", "line\nbreak.txt"]
+    names = [
+        "a/b.txt",
+        "a" * 300 + ".txt",
+        "长" * 200 + ".txt",
+        os.fsdecode(b"\xff" * 250),
+        "😀" * 100 + ".md",
+        NFD,
+        ".x/y.txt",
+        "tab\tname.txt",
+        "line\nbreak.txt",
+    ]
     for key in corpus_keys(names).values():
         assert check_partition_key(key) == key
 
@@ -274,8 +336,9 @@ def test_documents_job_refuses_invalid_keys_and_writes_nothing(home, corpus, ins
         assert "not valid document keys" in text and repr(key)[:60] in text, (key, text)
         assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     # doc_subgraph alone refuses too (it has a retry policy: the refusal skips it)
-    result = job.execute_in_process(instance=inst, tags=range_tags(["../../x"]), raise_on_error=False,
-                                    asset_selection=[dg.AssetKey("doc_subgraph")])
+    result = job.execute_in_process(
+        instance=inst, tags=range_tags(["../../x"]), raise_on_error=False, asset_selection=[dg.AssetKey("doc_subgraph")]
+    )
     assert not result.success and "'../../x'" in _failure_text(result)
     assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert _tree(tmp_path, skip=home) == outside
@@ -283,8 +346,9 @@ def test_documents_job_refuses_invalid_keys_and_writes_nothing(home, corpus, ins
     assert Path("/abs").exists() == abs_existed
     # a range holding an invalid key among good ones is refused as a whole, before any write
     inst.add_dynamic_partitions("documents", ["darwin_and_wallace.txt"])
-    result = job.execute_in_process(instance=inst, tags=range_tags([abs_key, "darwin_and_wallace.txt"]),
-                                    raise_on_error=False)
+    result = job.execute_in_process(
+        instance=inst, tags=range_tags([abs_key, "darwin_and_wallace.txt"]), raise_on_error=False
+    )
     assert not result.success
     assert not (home / "tables" / "chunks" / "darwin_and_wallace.txt.json").exists()
 
@@ -363,10 +427,13 @@ def _garble(path: Path) -> None:
 
 
 def _stored_document(store: Store, key: str, method: str = "fast", content: str = "h1") -> None:
-    chunks = pl.DataFrame({"chunk_id": ["c1"], "doc_id": [key], "doc": [key], "position": [0], "text": ["Ada Lovelace."],
-                           "tokens": [3]})
+    chunks = pl.DataFrame(
+        {"chunk_id": ["c1"], "doc_id": [key], "doc": [key], "position": [0], "text": ["Ada Lovelace."], "tokens": [3]}
+    )
     store.write_chunks(key, chunks, {"relpath": key, "content_hash": content, "status": "ok", "chunks": 1})
-    ents = pl.DataFrame({"key": [f"ENTITY {i}" for i in range(3000)], "n": list(range(3000))})  # data outweighs the footer
+    ents = pl.DataFrame(
+        {"key": [f"ENTITY {i}" for i in range(3000)], "n": list(range(3000))}
+    )  # data outweighs the footer
     rels = pl.DataFrame({"source": ["A"] * 50, "target": ["B"] * 50, "n": list(range(50))})
     store.write_subgraph(key, ents, rels, {"content_hash": content, "method": method})
 
@@ -404,7 +471,8 @@ def test_document_problems_name_each_damaged_file(tmp_path):
         assert len(problems) == 1 and str(file) in problems[0] and words in problems[0], (key, problems)
         assert stored_hash(store, key, "fast") is None
     assert store.document_problems("method.txt", "light") == [
-        f"{folder_s / 'method.txt.json'} was extracted with method 'fast', not 'light'"]
+        f"{folder_s / 'method.txt.json'} was extracted with method 'fast', not 'light'"
+    ]
     assert stored_hash(store, "ok.txt", "fast") == "h1" and stored_hash(store, "method.txt", "light") is None
     # readers name the damaged file
     with pytest.raises(DamagedFileError, match=re.escape(str(folder_c / "cut.txt.parquet"))):
@@ -430,9 +498,11 @@ def test_damaged_documents_are_found_by_the_plan_and_repaired_by_a_build(home, c
     _truncate(chunks_dir / "darwin_and_wallace.txt.parquet")
     _garble(sub_dir / "curie_radioactivity.md.json")
     _flip_middle_byte(sub_dir / "turing_and_bletchley_park.txt.relations.parquet")
-    for key, name in (("darwin_and_wallace.txt", "darwin_and_wallace.txt.parquet"),
-                      ("curie_radioactivity.md", "curie_radioactivity.md.json"),
-                      ("turing_and_bletchley_park.txt", "turing_and_bletchley_park.txt.relations.parquet")):
+    for key, name in (
+        ("darwin_and_wallace.txt", "darwin_and_wallace.txt.parquet"),
+        ("curie_radioactivity.md", "curie_radioactivity.md.json"),
+        ("turing_and_bletchley_park.txt", "turing_and_bletchley_park.txt.relations.parquet"),
+    ):
         problems = store.document_problems(key, "fast")
         assert problems and name in problems[0], problems
     # the build's plan (with its cache of what it saw last time) finds all three stale
@@ -455,10 +525,12 @@ def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
     home = tmp_path / "home"
     target = home / "tables" / "chunks" / "a.txt.parquet"
     # a writer killed (like kill -9: no cleanup) in the middle of an atomic write
-    script = ("import os, sys; from pathlib import Path; from graphrag_pipeline.storage.files import atomic_path\n"
-              "with atomic_path(Path(sys.argv[1]), '.parquet') as tmp:\n"
-              "    tmp.write_bytes(b'half')\n"
-              "    os._exit(9)\n")
+    script = (
+        "import os, sys; from pathlib import Path; from graphrag_pipeline.storage.files import atomic_path\n"
+        "with atomic_path(Path(sys.argv[1]), '.parquet') as tmp:\n"
+        "    tmp.write_bytes(b'half')\n"
+        "    os._exit(9)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script, str(target)], cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 9
     left = [p for p in target.parent.iterdir()]
@@ -471,9 +543,13 @@ def test_clean_temp_files_removes_only_leftovers_of_atomic_writes(tmp_path):
         home / "reports" / ".L0-1.json.abcdefgh.tmp",  # atomic_path without a suffix
     ]
     keep = [
-        home / "tables" / "chunks" / "b.txt.parquet", home / "graph" / "knowledge_graph.nodes.parquet",
-        home / "state" / ".hidden", home / "state" / "notes.tmp", home / "state" / ".a.tmp",
-        home / "state" / ".x.parquet.abc.tmp", home / "state" / "keep.json.abcdefgh.json.tmp",
+        home / "tables" / "chunks" / "b.txt.parquet",
+        home / "graph" / "knowledge_graph.nodes.parquet",
+        home / "state" / ".hidden",
+        home / "state" / "notes.tmp",
+        home / "state" / ".a.tmp",
+        home / "state" / ".x.parquet.abc.tmp",
+        home / "state" / "keep.json.abcdefgh.json.tmp",
         home / "dagster" / "dagster.yaml",
     ]
     for p in leftovers + keep:
@@ -489,12 +565,18 @@ def test_describe_os_error():
     enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert describe_os_error(enospc, "/h/x.parquet") == "disk full (no space left on device) while writing /h/x.parquet"
     assert describe_os_error(sqlite3.OperationalError("database or disk is full"), "/h/cache.sqlite").startswith(
-        "disk full (no space left on device) while writing /h/cache.sqlite")
+        "disk full (no space left on device) while writing /h/cache.sqlite"
+    )
     wrapped = RuntimeError("the write failed")
     wrapped.__cause__ = enospc
     assert describe_os_error(wrapped, "/h/y").startswith("disk full")
-    assert describe_os_error(Exception("parquet: No space left on device (os error 28)"), "/h/z").startswith("disk full")
-    assert describe_os_error(PermissionError(errno.EACCES, "Permission denied"), "/h/a") == "permission denied while writing /h/a"
+    assert describe_os_error(Exception("parquet: No space left on device (os error 28)"), "/h/z").startswith(
+        "disk full"
+    )
+    assert (
+        describe_os_error(PermissionError(errno.EACCES, "Permission denied"), "/h/a")
+        == "permission denied while writing /h/a"
+    )
     rofs = describe_os_error(OSError(errno.EROFS, os.strerror(errno.EROFS)), "/h/b")
     assert rofs.startswith("permission denied") and "read-only file system" in rofs and "/h/b" in rofs
     other = describe_os_error(FileNotFoundError(errno.ENOENT, "No such file or directory", "/h/c"))

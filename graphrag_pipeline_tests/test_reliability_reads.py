@@ -48,8 +48,15 @@ def _clean_env(home: Path, **extra: str) -> dict:
 
 def run_reader(home: Path, args: list[str], **env: str) -> subprocess.CompletedProcess:
     """Run ``python args...`` as a process that cannot write the read-only home."""
-    return subprocess.run([sys.executable, *args], env=_clean_env(home, **env), cwd=REPO, capture_output=True,
-                          text=True, timeout=300, preexec_fn=_drop_root_powers if os.geteuid() == 0 else None)
+    return subprocess.run(
+        [sys.executable, *args],
+        env=_clean_env(home, **env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_drop_root_powers if os.geteuid() == 0 else None,
+    )
 
 
 def cli_reader(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -79,8 +86,11 @@ def snapshot(root: Path) -> dict[str, tuple]:
         for name in filenames + dirnames:
             p = Path(dirpath, name)
             st = p.lstat()
-            out[str(p.relative_to(root))] = ("dir" if stat.S_ISDIR(st.st_mode) else "file",
-                                             0 if stat.S_ISDIR(st.st_mode) else st.st_size, st.st_mtime_ns)
+            out[str(p.relative_to(root))] = (
+                "dir" if stat.S_ISDIR(st.st_mode) else "file",
+                0 if stat.S_ISDIR(st.st_mode) else st.st_size,
+                st.st_mtime_ns,
+            )
     return out
 
 
@@ -91,8 +101,14 @@ def built_home(tmp_path_factory) -> Path:
     home = base / "home"
     corpus = base / "corpus"
     shutil.copytree(REPO / "data" / "corpus", corpus)
-    proc = subprocess.run([sys.executable, "-m", "graphrag_pipeline.cli", "build", "--corpus", str(corpus), "--method", "fast"],
-                          env=_clean_env(home), cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "graphrag_pipeline.cli", "build", "--corpus", str(corpus), "--method", "fast"],
+        env=_clean_env(home),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # usage the ledger reports: as if LLM steps had run
     UsageLedger(home / "cache" / "cache.sqlite").record("doc_subgraph", LLMUsage(7, 2, 1000, 300))
@@ -107,10 +123,16 @@ def ro_home(built_home, tmp_path):
     shutil.copytree(built_home, home)
     make_read_only(home)
     # the sandbox is real: the reader cannot create or change anything in the home
-    probe = run_reader(home, ["-c", "import pathlib,sys; h = pathlib.Path(sys.argv[1])\n"
-                                    "for act in (lambda: (h / 'x').write_text('x'), lambda: (h / 'cache' / 'cache.sqlite').open('ab')):\n"
-                                    "    try:\n        act(); print('WROTE')\n    except PermissionError:\n        print('denied')",
-                              str(home)])
+    probe = run_reader(
+        home,
+        [
+            "-c",
+            "import pathlib,sys; h = pathlib.Path(sys.argv[1])\n"
+            "for act in (lambda: (h / 'x').write_text('x'), lambda: (h / 'cache' / 'cache.sqlite').open('ab')):\n"
+            "    try:\n        act(); print('WROTE')\n    except PermissionError:\n        print('denied')",
+            str(home),
+        ],
+    )
     assert probe.stdout.split() == ["denied", "denied"], probe.stdout + probe.stderr
     yield home
     make_writable(home)
@@ -139,13 +161,15 @@ def test_stats_and_query_on_a_read_only_home(ro_home):
 
 def test_the_python_query_api_on_a_read_only_home(ro_home):
     before = snapshot(ro_home)
-    script = ("import json\n"
-              "from graphrag_pipeline.query import open_index, query\n"
-              "out = {}\n"
-              "for preload in (False, True):\n"
-              "    with open_index(preload=preload) as index:\n"
-              f"        out[str(preload)] = query(index, {QUESTION!r}, mode='local').to_dict()\n"
-              "print(json.dumps(out))\n")
+    script = (
+        "import json\n"
+        "from graphrag_pipeline.query import open_index, query\n"
+        "out = {}\n"
+        "for preload in (False, True):\n"
+        "    with open_index(preload=preload) as index:\n"
+        f"        out[str(preload)] = query(index, {QUESTION!r}, mode='local').to_dict()\n"
+        "print(json.dumps(out))\n"
+    )
     proc = run_reader(ro_home, ["-c", script])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -178,8 +202,16 @@ def test_a_damaged_cache_never_fails_reads(ro_home):
 
     # an endpoint configured: no cache, one warning line, the question is still answered
     with ScriptedLLMServer() as server:
-        proc = cli_reader(ro_home, "query", QUESTION, "--json", "--answer",
-                          OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="test-key", GRAPHRAG_LLM_MODEL="m")
+        proc = cli_reader(
+            ro_home,
+            "query",
+            QUESTION,
+            "--json",
+            "--answer",
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="test-key",
+            GRAPHRAG_LLM_MODEL="m",
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["answer"] == "OK"
         lines = proc.stderr.strip().splitlines()
@@ -219,6 +251,7 @@ def test_query_answers_from_the_cache_read_only(built_home, tmp_path, monkeypatc
 
 
 # -- KVCache and the ledger, read-only -----------------------------------------------------------------
+
 
 def test_read_only_kvcache_never_writes(tmp_path):
     path = tmp_path / "c.sqlite"
@@ -265,11 +298,13 @@ def test_read_only_open_of_a_wal_database_in_a_read_only_folder(tmp_path):
     make_read_only(folder)
     try:
         before = snapshot(folder)
-        script = ("import sys\nfrom graphrag_pipeline.llm.cache import KVCache\n"
-                  "from graphrag_pipeline.llm.usage import read_usage_totals\n"
-                  "c = KVCache(sys.argv[1], 'llm', read_only=True)\n"
-                  "print(c.get('k'), c.get('nope'), KVCache(sys.argv[1], 'other', read_only=True).get('k'),"
-                  " read_usage_totals(sys.argv[1]).calls)\n")
+        script = (
+            "import sys\nfrom graphrag_pipeline.llm.cache import KVCache\n"
+            "from graphrag_pipeline.llm.usage import read_usage_totals\n"
+            "c = KVCache(sys.argv[1], 'llm', read_only=True)\n"
+            "print(c.get('k'), c.get('nope'), KVCache(sys.argv[1], 'other', read_only=True).get('k'),"
+            " read_usage_totals(sys.argv[1]).calls)\n"
+        )
         proc = run_reader(tmp_path, ["-c", script, str(path)])
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["value", "None", "None", "2"]

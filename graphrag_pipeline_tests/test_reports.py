@@ -7,10 +7,10 @@ import json
 import polars as pl
 import pytest
 
-from graphrag_pipeline.graph.merge import merge_subgraphs
 from graphrag_pipeline.extract.records import Entity, Extraction, Relation
-from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding, extractive_report
 from graphrag_pipeline.extract.subgraph import build_doc_subgraph
+from graphrag_pipeline.graph.merge import merge_subgraphs
+from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding, extractive_report
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,9 @@ def test_title_from_most_connected_members(graph):
     top = report.title.removeprefix("Isaac Newton, ").split(" and ")
     assert sorted(top) == ["Robert Hooke", "Royal Society"]
     assert report.entities[0] == "Isaac Newton"
-    assert sorted(report.entities) == sorted(["Isaac Newton", "Royal Society", "Robert Hooke", "Edmond Halley", "Cambridge"])
+    assert sorted(report.entities) == sorted(
+        ["Isaac Newton", "Royal Society", "Robert Hooke", "Edmond Halley", "Cambridge"]
+    )
     assert "Outsider" not in report.entities
 
 
@@ -75,7 +77,11 @@ def test_summary_is_extractive_and_mentions_the_strongest_relation(graph):
     assert strongest in report.summary
     assert "More." not in report.summary  # only the first line of a description
     # relations in order of weight: 9 (society), 6 (Halley), 4 (Hooke)
-    assert report.summary.index("Royal Society: Newton") < report.summary.index("Halley paid") < report.summary.index("Hooke quarrelled")
+    assert (
+        report.summary.index("Royal Society: Newton")
+        < report.summary.index("Halley paid")
+        < report.summary.index("Hooke quarrelled")
+    )
     assert "Outsider" not in report.summary and "outside link" not in report.summary
     assert "5 entities" in report.summary
 
@@ -85,7 +91,10 @@ def test_findings_follow_relation_weight_and_end_with_types(graph):
     report = extractive_report(community(), nodes, edges, max_findings=3)
     assert len(report.findings) == 4
     assert [f.explanation for f in report.findings[:3]] == [
-        "Newton was president of the Royal Society.", "Halley paid for the Principia.", "Hooke quarrelled with Newton."]
+        "Newton was president of the Royal Society.",
+        "Halley paid for the Principia.",
+        "Hooke quarrelled with Newton.",
+    ]
     assert report.findings[-1].summary == "Entity types"
     assert report.findings[-1].explanation == "Most members are of type PERSON, LOCATION, ORGANIZATION."
 
@@ -119,12 +128,16 @@ def test_round_trip_through_dict_and_json(graph):
 
 def test_text_renders_markdown():
     report = CommunityReport(
-        community_id="L0-1", level=0, title="Newton and the Royal Society", summary="A summary.",
-        rating=3.7, rating_explanation="Why.", findings=[Finding("First", "Because."), Finding("Second", "So.")],
+        community_id="L0-1",
+        level=0,
+        title="Newton and the Royal Society",
+        summary="A summary.",
+        rating=3.7,
+        rating_explanation="Why.",
+        findings=[Finding("First", "Because."), Finding("Second", "So.")],
     )
     assert report.text() == (
-        "# Newton and the Royal Society\n\nA summary.\n\nRating: 3.7 - Why.\n\n"
-        "## First\n\nBecause.\n\n## Second\n\nSo."
+        "# Newton and the Royal Society\n\nA summary.\n\nRating: 3.7 - Why.\n\n## First\n\nBecause.\n\n## Second\n\nSo."
     )
 
 

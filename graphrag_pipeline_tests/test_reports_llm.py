@@ -10,12 +10,20 @@ import json
 import polars as pl
 import pytest
 
-from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
-from graphrag_pipeline.llm.client import ChatResult, LLMError
-from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding
-from graphrag_pipeline.reports.llm import DEFAULT_RATING_NOTE, LLM_FALLBACK_NOTE, SUB_REPORTS_HEADING, ReportOutcome, llm_report, pack_community_context, parse_report_json
 from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm import prompts
+from graphrag_pipeline.llm.client import ChatResult, LLMError
+from graphrag_pipeline.reports.llm import (
+    DEFAULT_RATING_NOTE,
+    LLM_FALLBACK_NOTE,
+    SUB_REPORTS_HEADING,
+    ReportOutcome,
+    llm_report,
+    pack_community_context,
+    parse_report_json,
+)
+from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding
 
 
 class FakeClient:
@@ -74,15 +82,37 @@ def make_graph(descriptions: dict[str, str] | None = None, long: int = 0) -> tup
     for key, (name, etype, desc) in ENTITIES.items():
         desc = descriptions.get(key, desc)
         desc = " ".join([desc] * (1 + long))
-        nodes.append({"key": key, "name": name, "type": etype, "description": desc, "descriptions": [desc],
-                      "source_ids": ["c1"], "doc_ids": ["d1"], "degree": 0, "pagerank": 0.0})
+        nodes.append(
+            {
+                "key": key,
+                "name": name,
+                "type": etype,
+                "description": desc,
+                "descriptions": [desc],
+                "source_ids": ["c1"],
+                "doc_ids": ["d1"],
+                "degree": 0,
+                "pagerank": 0.0,
+            }
+        )
     edges = []
     for a, b, desc, w in RELATIONS:
         s, t = sorted((a, b))
         desc = " ".join([desc] * (1 + long))
-        edges.append({"source_key": s, "target_key": t, "source": ENTITIES[s][0], "target": ENTITIES[t][0],
-                      "description": desc, "descriptions": [desc], "keywords": [], "weight": w,
-                      "source_ids": ["c1"], "doc_ids": ["d1"]})
+        edges.append(
+            {
+                "source_key": s,
+                "target_key": t,
+                "source": ENTITIES[s][0],
+                "target": ENTITIES[t][0],
+                "description": desc,
+                "descriptions": [desc],
+                "keywords": [],
+                "weight": w,
+                "source_ids": ["c1"],
+                "doc_ids": ["d1"],
+            }
+        )
     nodes_df = pl.DataFrame(nodes, schema=NODE_SCHEMA)
     edges_df = pl.DataFrame(edges, schema=EDGE_SCHEMA)
     return with_metrics(nodes_df, edges_df), edges_df
@@ -94,8 +124,14 @@ def graph():
 
 
 def community(members=MEMBERS, weight=0.42, level=0, cid="L0-abc"):
-    return {"community_id": cid, "level": level, "parent_id": None, "nodes": list(members),
-            "size": len(members), "weight": weight}
+    return {
+        "community_id": cid,
+        "level": level,
+        "parent_id": None,
+        "nodes": list(members),
+        "size": len(members),
+        "weight": weight,
+    }
 
 
 def report_json(**over) -> str:
@@ -119,6 +155,7 @@ def rows(table: str) -> list[list[str]]:
 
 # -- valid answers ----------------------------------------------------------------------------------------
 
+
 def test_valid_json_gives_an_llm_report(graph):
     nodes, edges = graph
     client = FakeClient(report_json())
@@ -130,8 +167,10 @@ def test_valid_json_gives_an_llm_report(graph):
     assert r.title == "Newton and the Royal Society"
     assert r.summary.startswith("Newton presided")
     assert r.rating == 7.5 and r.rating_explanation == "Central to early modern science."
-    assert r.findings == [Finding("Newton led the society", "He was its president."),
-                          Finding("Halley financed the Principia", "He paid for the printing.")]
+    assert r.findings == [
+        Finding("Newton led the society", "He was its president."),
+        Finding("Halley financed the Principia", "He paid for the printing."),
+    ]
     assert r.entities[0] == "Isaac Newton" and len(r.entities) == len(MEMBERS) and "Outsider" not in r.entities
     assert CommunityReport.from_dict(json.loads(json.dumps(r.to_dict()))) == r
 
@@ -154,8 +193,11 @@ def test_language_reaches_the_prompt(graph):
 
 
 def test_json_in_a_code_fence_with_chatter():
-    text = ("Sure! Here is the report you asked for:\n\n```json\n" + report_json(title="Fenced {title}") +
-            "\n```\n\nLet me know if you need anything else {or more}.")
+    text = (
+        "Sure! Here is the report you asked for:\n\n```json\n"
+        + report_json(title="Fenced {title}")
+        + "\n```\n\nLet me know if you need anything else {or more}."
+    )
     parsed = parse_report_json(text)
     assert parsed["title"] == "Fenced {title}" and parsed["rating"] == 7.5 and len(parsed["findings"]) == 2
 
@@ -173,8 +215,13 @@ def test_trailing_commas_single_quotes_and_unquoted_keys_are_repaired():
       "findings": [{'summary': 'one', 'explanation': 'first',}, ],
     }"""
     parsed = parse_report_json(text)
-    assert parsed == {"title": "Repaired report", "summary": "Single quotes, unquoted keys and trailing commas.",
-                      "rating": 6.0, "rating_explanation": "", "findings": [{"summary": "one", "explanation": "first"}]}
+    assert parsed == {
+        "title": "Repaired report",
+        "summary": "Single quotes, unquoted keys and trailing commas.",
+        "rating": 6.0,
+        "rating_explanation": "",
+        "findings": [{"summary": "one", "explanation": "first"}],
+    }
 
 
 def test_truncated_json_is_completed():
@@ -189,10 +236,23 @@ def test_truncated_json_is_completed():
     assert parsed["title"] == "Newton and the Royal Society" and parsed["findings"] == []
 
 
-@pytest.mark.parametrize("rating, expected", [
-    (8, 8.0), (7.5, 7.5), ("7.5", 7.5), ("8/10", 8.0), ("7 / 10", 7.0), ("4 out of 5", 8.0), ("80%", 8.0),
-    ("about 6", 6.0), ("7,5", 7.5), (12, 10.0), (-3, 0.0), ("15", 10.0),
-])
+@pytest.mark.parametrize(
+    "rating, expected",
+    [
+        (8, 8.0),
+        (7.5, 7.5),
+        ("7.5", 7.5),
+        ("8/10", 8.0),
+        ("7 / 10", 7.0),
+        ("4 out of 5", 8.0),
+        ("80%", 8.0),
+        ("about 6", 6.0),
+        ("7,5", 7.5),
+        (12, 10.0),
+        (-3, 0.0),
+        ("15", 10.0),
+    ],
+)
 def test_rating_forms(rating, expected):
     assert parse_report_json(report_json(rating=rating))["rating"] == pytest.approx(expected)
 
@@ -217,14 +277,18 @@ def test_llm_report_defaults_a_missing_rating_to_ten_times_the_weight(graph):
 
 def test_findings_as_plain_strings_and_capped_at_ten():
     parsed = parse_report_json(report_json(findings=["Newton led the society", "Halley paid"]))
-    assert parsed["findings"] == [{"summary": "Newton led the society", "explanation": ""},
-                                  {"summary": "Halley paid", "explanation": ""}]
+    assert parsed["findings"] == [
+        {"summary": "Newton led the society", "explanation": ""},
+        {"summary": "Halley paid", "explanation": ""},
+    ]
     many = [{"summary": f"finding {i}", "explanation": f"because {i}"} for i in range(14)]
     parsed = parse_report_json(report_json(findings=many))
     assert [f["summary"] for f in parsed["findings"]] == [f"finding {i}" for i in range(10)]
     mixed = ["plain", {"explanation": "no summary: dropped"}, 42, {"Summary": "Keys", "Explanation": "any case"}]
     assert parse_report_json(report_json(findings=mixed))["findings"] == [
-        {"summary": "plain", "explanation": ""}, {"summary": "Keys", "explanation": "any case"}]
+        {"summary": "plain", "explanation": ""},
+        {"summary": "Keys", "explanation": "any case"},
+    ]
 
 
 def test_missing_optional_fields_default():
@@ -232,16 +296,27 @@ def test_missing_optional_fields_default():
     assert parsed == {"title": "T", "summary": "S", "rating": 3.0, "rating_explanation": "", "findings": []}
 
 
-@pytest.mark.parametrize("text", [
-    "", "I cannot write this report.", "[1, 2, 3]", "42", '"just a string"',
-    '{"summary": "no title"}', '{"title": "", "summary": "empty title"}', '{"title": "no summary"}',
-    '{"title": "T", "summary": ["not", 1]}', '{"title": 5, "summary": "numeric title"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "I cannot write this report.",
+        "[1, 2, 3]",
+        "42",
+        '"just a string"',
+        '{"summary": "no title"}',
+        '{"title": "", "summary": "empty title"}',
+        '{"title": "no summary"}',
+        '{"title": "T", "summary": ["not", 1]}',
+        '{"title": 5, "summary": "numeric title"}',
+    ],
+)
 def test_invalid_answers(text):
     assert parse_report_json(text) is None
 
 
 # -- retries and fallback ---------------------------------------------------------------------------------
+
 
 def test_invalid_twice_falls_back_to_the_extractive_report(graph):
     nodes, edges = graph
@@ -286,6 +361,7 @@ def test_llm_error_propagates(graph):
 
 
 # -- context packing ----------------------------------------------------------------------------------------
+
 
 def test_full_context_ordering(graph):
     nodes, edges = graph
@@ -359,17 +435,30 @@ def test_csv_quoting_of_commas_quotes_and_newlines():
 
 def _society_report() -> CommunityReport:
     return CommunityReport(
-        community_id="L1-society", level=1, title="The Royal Society circle of Newton",
-        summary="Newton, Hooke and Halley around the Royal Society.", rating=7.0, rating_explanation="Core.",
+        community_id="L1-society",
+        level=1,
+        title="The Royal Society circle of Newton",
+        summary="Newton, Hooke and Halley around the Royal Society.",
+        rating=7.0,
+        rating_explanation="Core.",
         findings=[Finding("Officers", "Hooke and Halley served the society.")],
-        entities=["Isaac Newton", "Royal Society", "Robert Hooke", "Edmond Halley"], extractive=False)
+        entities=["Isaac Newton", "Royal Society", "Robert Hooke", "Edmond Halley"],
+        extractive=False,
+    )
 
 
 def _college_report() -> CommunityReport:
     return CommunityReport(
-        community_id="L1-college", level=1, title="Cambridge and Trinity College",
-        summary="Barrow, Trinity College and the town.", rating=5.0, rating_explanation="Local.",
-        findings=[], entities=["Cambridge", "Trinity College", "Isaac Barrow"], extractive=False)
+        community_id="L1-college",
+        level=1,
+        title="Cambridge and Trinity College",
+        summary="Barrow, Trinity College and the town.",
+        rating=5.0,
+        rating_explanation="Local.",
+        findings=[],
+        entities=["Cambridge", "Trinity College", "Isaac Barrow"],
+        extractive=False,
+    )
 
 
 def test_sub_community_reports_replace_raw_rows_when_too_large():
@@ -382,8 +471,9 @@ def test_sub_community_reports_replace_raw_rows_when_too_large():
     assert count_tokens(society.text()) + count_tokens(college.text()) + 20 < budget // 2
     subs = {"L1-society": society, "L1-college": college, "L1-unrelated": _college_report()}
 
-    ent, rel, sub = pack_community_context(com, nodes, edges, max_tokens=budget, sub_reports=subs,
-                                           children=["L1-college", "L1-society"])
+    ent, rel, sub = pack_community_context(
+        com, nodes, edges, max_tokens=budget, sub_reports=subs, children=["L1-college", "L1-society"]
+    )
     assert sub.lstrip().startswith(SUB_REPORTS_HEADING)
     assert sub.index(society.title) < sub.index(college.title)  # biggest sub-community first
     assert society.text() in sub and college.text() in sub
@@ -395,8 +485,9 @@ def test_sub_community_reports_replace_raw_rows_when_too_large():
     assert [x[:3] for x in r[1:]] == [["1", "Isaac Barrow", "Isaac Newton"], ["2", "Cambridge", "Isaac Newton"]]
 
     # only the society sub-report known: the college members stay as raw rows, fewer than before
-    ent, rel, sub = pack_community_context(com, nodes, edges, max_tokens=budget, sub_reports={"L1-society": society},
-                                           children=["L1-college", "L1-society"])
+    ent, rel, sub = pack_community_context(
+        com, nodes, edges, max_tokens=budget, sub_reports={"L1-society": society}, children=["L1-college", "L1-society"]
+    )
     names = [x[1] for x in rows(ent)[1:]]
     assert society.title in sub and college.title not in sub
     assert names and set(names) <= {"Cambridge", "Trinity College", "Isaac Barrow"}
@@ -405,11 +496,18 @@ def test_sub_community_reports_replace_raw_rows_when_too_large():
 
     # the prompt carries the sub-report and fewer raw entity rows than the plain packing
     client = FakeClient(report_json())
-    outcome = llm_report(client, com, nodes, edges, max_tokens=budget, sub_reports={"L1-society": society},
-                         children=["L1-society", "L1-college"])
+    outcome = llm_report(
+        client,
+        com,
+        nodes,
+        edges,
+        max_tokens=budget,
+        sub_reports={"L1-society": society},
+        children=["L1-society", "L1-college"],
+    )
     prompt = client.prompt()
     assert society.title in prompt and SUB_REPORTS_HEADING in prompt
-    prompt_entities = rows(prompt[prompt.index("Entities\n") + 9: prompt.index("\n\nRelations\n")])[1:]
+    prompt_entities = rows(prompt[prompt.index("Entities\n") + 9 : prompt.index("\n\nRelations\n")])[1:]
     plain_entities = rows(pack_community_context(com, nodes, edges, max_tokens=budget)[0])[1:]
     assert 0 < len(prompt_entities) < len(plain_entities)
     assert "Isaac Newton" in [x[1] for x in plain_entities]
@@ -423,8 +521,9 @@ def test_sub_reports_are_ignored_when_the_full_context_fits_or_nothing_fits(grap
     ent, rel, sub = pack_community_context(community(), nodes, edges, sub_reports=subs, children=["L1-society"])
     assert sub == "" and len(rows(ent)) == len(MEMBERS) + 1
     # too large for half of a tiny budget: plain packing, no sub-report
-    ent, rel, sub = pack_community_context(community(), nodes, edges, max_tokens=60, sub_reports=subs,
-                                           children=["L1-society"])
+    ent, rel, sub = pack_community_context(
+        community(), nodes, edges, max_tokens=60, sub_reports=subs, children=["L1-society"]
+    )
     assert sub == "" and rows(ent)[1][1] == "Isaac Newton"
     # children without reports, or reports without children: plain packing
     for kwargs in ({"sub_reports": subs}, {"children": ["L1-society"]}, {"sub_reports": subs, "children": ["L1-x"]}):

@@ -9,15 +9,23 @@ import polars as pl
 import pytest
 from rapidfuzz.distance import Levenshtein
 
-from graphrag_pipeline.graph import resolution
-from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_edges, empty_nodes
 from graphrag_pipeline.extract.records import entity_key
-from graphrag_pipeline.graph.resolution import ResolutionResult, candidate_pairs, is_english, is_similar, merge_entities, normalize_for_offline_match, offline_same, resolve
+from graphrag_pipeline.graph import resolution
+from graphrag_pipeline.graph.resolution import (
+    ResolutionResult,
+    candidate_pairs,
+    is_english,
+    is_similar,
+    merge_entities,
+    normalize_for_offline_match,
+    offline_same,
+    resolve,
+)
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_edges, empty_nodes
 
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-
 
 
 def _candidate_pairs_bruteforce(nodes: pl.DataFrame, changed_keys: set[str]) -> list[tuple[str, str]]:
@@ -189,9 +197,36 @@ def test_is_similar_is_symmetric_on_examples():
 # ---------------------------------------------------------------------------------------------
 
 _WORDS = [
-    "royal", "society", "river", "north", "bank", "union", "city", "college", "darcy", "bennet",
-    "lake", "park", "museum", "hall", "london", "paris", "acme", "corp", "group", "tower",
-    "ab", "x", "go", "the", "an", "of", "new", "old", "east", "west",
+    "royal",
+    "society",
+    "river",
+    "north",
+    "bank",
+    "union",
+    "city",
+    "college",
+    "darcy",
+    "bennet",
+    "lake",
+    "park",
+    "museum",
+    "hall",
+    "london",
+    "paris",
+    "acme",
+    "corp",
+    "group",
+    "tower",
+    "ab",
+    "x",
+    "go",
+    "the",
+    "an",
+    "of",
+    "new",
+    "old",
+    "east",
+    "west",
 ]
 _HAN = "郑和号南京北京上海大学中国人民银行长江三峡公司"
 _TYPES = ["ORGANIZATION", "PERSON", "GEO"]
@@ -431,7 +466,13 @@ def test_merge_entities_small_graph():
     # "the royal society" has degree 4 against 3, "mr. darcy" 1 against 0.
     assert mapping == {"royal society": "the royal society", "mr darcy": "mr. darcy"}
     assert set(new_nodes["key"]) == {
-        "the royal society", "newton", "hooke", "stephen", "wren", "mr. darcy", "elizabeth",
+        "the royal society",
+        "newton",
+        "hooke",
+        "stephen",
+        "wren",
+        "mr. darcy",
+        "elizabeth",
     }
 
     society = new_nodes.filter(pl.col("key") == "the royal society").row(0, named=True)

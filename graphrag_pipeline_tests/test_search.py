@@ -9,13 +9,13 @@ import duckdb
 import polars as pl
 import pytest
 
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.index.duckdb_writer import _read_previous_vectors, write_duckdb_index
 from graphrag_pipeline.index.embedding import HashingEmbedder
-from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.index.records import build_index_tables, nhop_paths
-from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.query import DuckDBIndex, SearchParams, global_search, local_search, naive_search, query
 from graphrag_pipeline.query.search import QueryAnalysis
+from graphrag_pipeline.reports.offline import CommunityReport
 
 NAMES = {"alice": "Alice", "bob": "Bob", "carol": "Carol", "dave": "Dave", "venice": "Venice"}
 TYPES = {"alice": "PERSON", "bob": "PERSON", "carol": "PERSON", "dave": "PERSON", "venice": "GEO"}
@@ -23,26 +23,71 @@ EDGES = [("alice", "bob", 1.0), ("bob", "carol", 4.0), ("carol", "dave", 1.0), (
 
 
 def _graph():
-    nodes = pl.DataFrame([{
-        "key": k, "name": n, "type": TYPES[k], "description": f"{n} is someone", "descriptions": [f"{n} is someone"],
-        "source_ids": ["c1"], "doc_ids": ["d1"], "degree": 0, "pagerank": 0.0} for k, n in NAMES.items()], schema=NODE_SCHEMA)
-    edges = pl.DataFrame([{
-        "source_key": a, "target_key": b, "source": NAMES[a], "target": NAMES[b], "description": f"{NAMES[a]} knows {NAMES[b]}",
-        "descriptions": [], "keywords": [], "weight": w, "source_ids": ["c1"], "doc_ids": ["d1"]} for a, b, w in EDGES], schema=EDGE_SCHEMA)
+    nodes = pl.DataFrame(
+        [
+            {
+                "key": k,
+                "name": n,
+                "type": TYPES[k],
+                "description": f"{n} is someone",
+                "descriptions": [f"{n} is someone"],
+                "source_ids": ["c1"],
+                "doc_ids": ["d1"],
+                "degree": 0,
+                "pagerank": 0.0,
+            }
+            for k, n in NAMES.items()
+        ],
+        schema=NODE_SCHEMA,
+    )
+    edges = pl.DataFrame(
+        [
+            {
+                "source_key": a,
+                "target_key": b,
+                "source": NAMES[a],
+                "target": NAMES[b],
+                "description": f"{NAMES[a]} knows {NAMES[b]}",
+                "descriptions": [],
+                "keywords": [],
+                "weight": w,
+                "source_ids": ["c1"],
+                "doc_ids": ["d1"],
+            }
+            for a, b, w in EDGES
+        ],
+        schema=EDGE_SCHEMA,
+    )
     return with_metrics(nodes, edges), edges
 
 
 @pytest.fixture
 def index(tmp_path):
     nodes, edges = _graph()
-    communities = pl.DataFrame({"community_id": ["L0-x", "L0-y"], "level": [0, 0], "nodes": [["alice", "bob"], ["dave", "venice"]],
-                                "size": [2, 2], "weight": [1.0, 0.5]})
+    communities = pl.DataFrame(
+        {
+            "community_id": ["L0-x", "L0-y"],
+            "level": [0, 0],
+            "nodes": [["alice", "bob"], ["dave", "venice"]],
+            "size": [2, 2],
+            "weight": [1.0, 0.5],
+        }
+    )
     reports = [
         CommunityReport("L0-x", 0, "Alice and Bob", "Friends in Oxford", 8.0, "r", [], ["Alice", "Bob"]),
-        CommunityReport("L0-y", 0, "Dave in Venice", "Dave travels to Venice by gondola", 3.0, "r", [], ["Dave", "Venice"]),
+        CommunityReport(
+            "L0-y", 0, "Dave in Venice", "Dave travels to Venice by gondola", 3.0, "r", [], ["Dave", "Venice"]
+        ),
     ]
-    chunks = pl.DataFrame({"chunk_id": ["c1", "c2"], "doc_id": ["d1", "d2"], "doc": ["a.txt", "b.txt"], "position": [0, 0],
-                           "text": ["Alice met Bob in Oxford.", "Dave took a gondola in Venice."]})
+    chunks = pl.DataFrame(
+        {
+            "chunk_id": ["c1", "c2"],
+            "doc_id": ["d1", "d2"],
+            "doc": ["a.txt", "b.txt"],
+            "position": [0, 0],
+            "text": ["Alice met Bob in Oxford.", "Dave took a gondola in Venice."],
+        }
+    )
     emb = HashingEmbedder()
     tables = build_index_tables(nodes, edges, communities, reports, chunks, emb)
     path = tmp_path / "index.duckdb"
@@ -87,14 +132,19 @@ def test_relation_recall_combines_with_nhop(index):
     res = local_search(index, "Alice knows Bob", SearchParams(rel_sim_threshold=0.3), QueryAnalysis([], ["Alice"]))
     rels = {(r["source"], r["target"]): r["score"] for r in res.relations}
     assert ("Alice", "Bob") in rels
-    row = next(r for r in index.relations_by_vector(index.embedder().embed_one("Alice knows Bob"), 10, 0.3)
-               if (r["source_key"], r["target_key"]) == ("alice", "bob"))
+    row = next(
+        r
+        for r in index.relations_by_vector(index.embedder().embed_one("Alice knows Bob"), 10, 0.3)
+        if (r["source_key"], r["target_key"]) == ("alice", "bob")
+    )
     # recalled by text AND on alice's n-hop path: sim_text x (1 + nhop sim) x weight
     assert rels[("Alice", "Bob")] == pytest.approx(row["sim"] * (1 + 0.5) * 1.0, rel=1e-4)
 
 
 def test_token_budget_truncates(index):
-    res = local_search(index, "Alice?", SearchParams(max_tokens=12, rel_sim_threshold=2.0), QueryAnalysis([], ["Alice"]))
+    res = local_search(
+        index, "Alice?", SearchParams(max_tokens=12, rel_sim_threshold=2.0), QueryAnalysis([], ["Alice"])
+    )
     assert len(res.entities) < 5 and not res.community_reports
 
 
@@ -141,18 +191,30 @@ def test_republishing_embeds_only_new_texts(tmp_path):
             return super().embed(texts)
 
     nodes, edges = _graph()
-    communities = pl.DataFrame({"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]})
+    communities = pl.DataFrame(
+        {"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]}
+    )
     reports = [CommunityReport("L0-x", 0, "Alice and Bob", "Friends", 8.0, "r", [], ["Alice", "Bob"])]
-    chunks = pl.DataFrame({"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]})
+    chunks = pl.DataFrame(
+        {"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]}
+    )
     first = Counting()
     path = tmp_path / "i.duckdb"
     tables = build_index_tables(nodes, edges, communities, reports, chunks, first)
     write_duckdb_index(tables, path, {"embedding_model": first.model_id, "embedding_dim": first.dim})
 
-    chunks2 = pl.concat([chunks, pl.DataFrame({"chunk_id": ["c2"], "doc_id": ["d2"], "doc": ["b.txt"], "position": [0],
-                                               "text": ["Carol met Dave."]})])
+    chunks2 = pl.concat(
+        [
+            chunks,
+            pl.DataFrame(
+                {"chunk_id": ["c2"], "doc_id": ["d2"], "doc": ["b.txt"], "position": [0], "text": ["Carol met Dave."]}
+            ),
+        ]
+    )
     second = Counting()
-    again = build_index_tables(nodes, edges, communities, reports, chunks2, second, previous_vectors(path, first.model_id))
+    again = build_index_tables(
+        nodes, edges, communities, reports, chunks2, second, previous_vectors(path, first.model_id)
+    )
     assert second.seen == ["Carol met Dave."]
     assert again.entities["embedding"].to_list() == tables.entities["embedding"].to_list()
     fresh = build_index_tables(nodes, edges, communities, reports, chunks2, HashingEmbedder())

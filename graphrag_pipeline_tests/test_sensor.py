@@ -5,9 +5,9 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from graphrag_pipeline.ingest.corpus_sync import RANGE_END_TAG, RANGE_START_TAG, contiguous_batches
 from graphrag_pipeline.defs.resources import settings_from_env
 from graphrag_pipeline.defs.sensors import corpus_sensor, daily_reconcile
+from graphrag_pipeline.ingest.corpus_sync import RANGE_END_TAG, RANGE_START_TAG, contiguous_batches
 
 
 @pytest.fixture
@@ -62,14 +62,16 @@ def test_bulk_drop_is_batched_into_one_run(test_instance, corpus):
     drop = corpus / "drop"
     drop.mkdir()
     for i in range(120):
-        (drop / f"note_{i:03d}.txt").write_text(f"Note {i} mentions Isaac Newton and the Royal Society.", encoding="utf-8")
+        (drop / f"note_{i:03d}.txt").write_text(
+            f"Note {i} mentions Isaac Newton and the Royal Society.", encoding="utf-8"
+        )
     result = tick(test_instance, cursor)
     assert len(result.run_requests) == 1
     keys = test_instance.get_dynamic_partitions("documents")
     assert len(keys) == 127
     start, end = ranges(result)[0]
     assert keys.index(end) - keys.index(start) + 1 == 120
-    assert all(k.startswith("drop--note_") for k in keys[keys.index(start): keys.index(end) + 1])
+    assert all(k.startswith("drop--note_") for k in keys[keys.index(start) : keys.index(end) + 1])
 
 
 def test_deleted_file_removes_partition_and_requests_the_merge(test_instance, corpus):
@@ -126,9 +128,9 @@ def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instanc
 
 
 def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch):
+    from graphrag_pipeline.ingest import corpus_sync
     from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import Store
-    from graphrag_pipeline.ingest import corpus_sync
     from graphrag_pipeline_tests.conftest import cli
 
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")

@@ -20,14 +20,17 @@ SECRET = "sk-test-never-shown-0123456789"
 def test_importing_the_definitions_leaves_the_environment_unchanged():
     # polars sets its allocator's variable when it is first imported, whoever imports it: imported
     # before the snapshot, so that only what this project's code does is compared
-    code = ("import os, json, polars, dagster; before = dict(os.environ); "
-            "import graphrag_pipeline.definitions; "
-            "print(json.dumps({k: [before.get(k), os.environ.get(k)] for k in set(before) | set(os.environ) "
-            "if before.get(k) != os.environ.get(k)}))")
+    code = (
+        "import os, json, polars, dagster; before = dict(os.environ); "
+        "import graphrag_pipeline.definitions; "
+        "print(json.dumps({k: [before.get(k), os.environ.get(k)] for k in set(before) | set(os.environ) "
+        "if before.get(k) != os.environ.get(k)}))"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHRAG_", "OPENAI_", "DAGSTER_"))}
     for extra in ({}, {"GRAPHRAG_HOME": str(REPO / ".no-such-home"), "OPENAI_API_KEY": SECRET}):
-        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, **extra}, capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env={**env, **extra}, capture_output=True, text=True, check=True
+        ).stdout
         assert json.loads(out.strip().splitlines()[-1]) == {}
 
 
@@ -47,8 +50,14 @@ def test_each_default_once_and_typed():
 
 
 def test_reading_values():
-    env = {"GRAPHRAG_CHUNK_TOKENS": " 1200 ", "GRAPHRAG_LLM_REPORTS": "off", "GRAPHRAG_ENTITY_TYPES": "person, ship",
-           "GRAPHRAG_METHOD": " General ", "GRAPHRAG_LLM_MODEL": "  ", "GRAPHRAG_HOME": "~/kb"}
+    env = {
+        "GRAPHRAG_CHUNK_TOKENS": " 1200 ",
+        "GRAPHRAG_LLM_REPORTS": "off",
+        "GRAPHRAG_ENTITY_TYPES": "person, ship",
+        "GRAPHRAG_METHOD": " General ",
+        "GRAPHRAG_LLM_MODEL": "  ",
+        "GRAPHRAG_HOME": "~/kb",
+    }
     assert setting("GRAPHRAG_CHUNK_TOKENS", env) == 1200
     assert setting("GRAPHRAG_LLM_REPORTS", env) is False and setting("GRAPHRAG_LLM_RESOLUTION", env) is True
     assert setting("GRAPHRAG_ENTITY_TYPES", env) == ["person", "ship"]
@@ -85,7 +94,9 @@ def test_resources_read_the_environment_when_set_up_not_when_loaded(monkeypatch,
         assert res.llm.model == "gpt-4o-mini" and not res.llm.use_for_resolution and res.llm.use_for_reports
         assert res.llm.extraction_settings("light").entity_types == default("GRAPHRAG_ENTITY_TYPES")
     # run config still wins, and no secret is part of any resource's config
-    with dg.build_resources({"settings": pipeline}, resource_config={"settings": {"config": {"chunk_tokens": 300}}}) as res:
+    with dg.build_resources(
+        {"settings": pipeline}, resource_config={"settings": {"config": {"chunk_tokens": 300}}}
+    ) as res:
         assert res.settings.chunk_tokens == 300
     from graphrag_pipeline.definitions import defs
 

@@ -21,11 +21,30 @@ def only(env: dict, **kw) -> str:
 
 def test_nothing_set_or_everything_empty_is_fine():
     assert check_settings({}) == []
-    names = ["GRAPHRAG_METHOD", "GRAPHRAG_CHUNK_TOKENS", "GRAPHRAG_CHUNK_OVERLAP", "GRAPHRAG_MAX_DOCUMENT_BYTES",
-             "GRAPHRAG_MAX_CLUSTER_SIZE", "GRAPHRAG_MAX_CONCURRENT_CHATS", "GRAPHRAG_LLM_TIMEOUT", "GRAPHRAG_LLM_MAX_RETRIES",
-             "GRAPHRAG_LLM_BREAKER", "GRAPHRAG_MAX_GLEANINGS", "GRAPHRAG_LLM_RESOLUTION", "GRAPHRAG_LLM_REPORTS",
-             "GRAPHRAG_ES_VERIFY_CERTS", "GRAPHRAG_ENTITY_TYPES", "GRAPHRAG_ES_URL", "GRAPHRAG_ES_INDEX", "GRAPHRAG_HOME",
-             "GRAPHRAG_CORPUS", "GRAPHRAG_ES_CA_CERTS", "GRAPHRAG_LLM_MODEL", "GRAPHRAG_EMBEDDING_MODEL", "OPENAI_BASE_URL"]
+    names = [
+        "GRAPHRAG_METHOD",
+        "GRAPHRAG_CHUNK_TOKENS",
+        "GRAPHRAG_CHUNK_OVERLAP",
+        "GRAPHRAG_MAX_DOCUMENT_BYTES",
+        "GRAPHRAG_MAX_CLUSTER_SIZE",
+        "GRAPHRAG_MAX_CONCURRENT_CHATS",
+        "GRAPHRAG_LLM_TIMEOUT",
+        "GRAPHRAG_LLM_MAX_RETRIES",
+        "GRAPHRAG_LLM_BREAKER",
+        "GRAPHRAG_MAX_GLEANINGS",
+        "GRAPHRAG_LLM_RESOLUTION",
+        "GRAPHRAG_LLM_REPORTS",
+        "GRAPHRAG_ES_VERIFY_CERTS",
+        "GRAPHRAG_ENTITY_TYPES",
+        "GRAPHRAG_ES_URL",
+        "GRAPHRAG_ES_INDEX",
+        "GRAPHRAG_HOME",
+        "GRAPHRAG_CORPUS",
+        "GRAPHRAG_ES_CA_CERTS",
+        "GRAPHRAG_LLM_MODEL",
+        "GRAPHRAG_EMBEDDING_MODEL",
+        "OPENAI_BASE_URL",
+    ]
     assert check_settings({n: "" for n in names}) == []
     assert check_settings({n: "  " for n in names}) == []
 
@@ -34,15 +53,23 @@ def test_the_defaults_written_out_are_valid():
     from graphrag_pipeline.settings import SETTINGS, text
 
     env = {name: text(name, {}) for name in SETTINGS if text(name, {}) is not None}
-    assert {"GRAPHRAG_HOME", "GRAPHRAG_CORPUS", "GRAPHRAG_METHOD", "GRAPHRAG_CHUNK_TOKENS", "GRAPHRAG_LLM_MODEL",
-            "GRAPHRAG_ENTITY_TYPES", "GRAPHRAG_LLM_REPORTS", "GRAPHRAG_ES_INDEX"} <= set(env)
+    assert {
+        "GRAPHRAG_HOME",
+        "GRAPHRAG_CORPUS",
+        "GRAPHRAG_METHOD",
+        "GRAPHRAG_CHUNK_TOKENS",
+        "GRAPHRAG_LLM_MODEL",
+        "GRAPHRAG_ENTITY_TYPES",
+        "GRAPHRAG_LLM_REPORTS",
+        "GRAPHRAG_ES_INDEX",
+    } <= set(env)
     assert check_settings(env) == []
 
 
 def _readme_table() -> str:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("## Environment variables"):]
-    return table[:table.index("\n## ")]
+    table = readme[readme.index("## Environment variables") :]
+    return table[: table.index("\n## ")]
 
 
 def test_every_variable_of_the_readme_table_is_known():
@@ -55,7 +82,9 @@ def test_every_variable_of_the_readme_table_is_known():
     for s in SETTINGS.values():
         row = next((line for line in table.splitlines() if line.startswith(f"| `{s.name}`")), None)
         if row is None:  # a row naming two variables, e.g. `GRAPHRAG_ES_USERNAME` / `GRAPHRAG_ES_PASSWORD`
-            row = next(line for line in table.splitlines() if line.startswith("| ") and f"`{s.name}`" in line.split("|")[1])
+            row = next(
+                line for line in table.splitlines() if line.startswith("| ") and f"`{s.name}`" in line.split("|")[1]
+            )
         if s.default is not None:
             assert s.default in row.split("|")[2], (s.name, s.default, row)
 
@@ -71,17 +100,20 @@ def test_method_ok(value):
     assert check_settings({"GRAPHRAG_METHOD": value}) == []
 
 
-@pytest.mark.parametrize("name,bad,good", [
-    ("GRAPHRAG_CHUNK_TOKENS", ["abc", "99", "0", "-5", "1.5", "2e3"], ["100", "2000", " 1200 "]),
-    ("GRAPHRAG_CHUNK_OVERLAP", ["-1", "x", "1000", "1500"], ["0", "100", "999"]),
-    ("GRAPHRAG_MAX_DOCUMENT_BYTES", ["0", "-1", "lots"], ["1", "20971520"]),
-    ("GRAPHRAG_MAX_CLUSTER_SIZE", ["0", "1", "-3", "99999999999", "twelve"], ["2", "12", "1000"]),
-    ("GRAPHRAG_MAX_CONCURRENT_CHATS", ["0", "-2", "ten"], ["1", "10", "64"]),
-    ("GRAPHRAG_LLM_TIMEOUT", ["0", "-1", "1.5", "slow"], ["1", "120"]),
-    ("GRAPHRAG_LLM_MAX_RETRIES", ["-1", "x"], ["0", "5"]),
-    ("GRAPHRAG_LLM_BREAKER", ["-1", "three"], ["0", "3"]),
-    ("GRAPHRAG_MAX_GLEANINGS", ["-2", "x"], ["-1", "0", "3"]),
-])
+@pytest.mark.parametrize(
+    "name,bad,good",
+    [
+        ("GRAPHRAG_CHUNK_TOKENS", ["abc", "99", "0", "-5", "1.5", "2e3"], ["100", "2000", " 1200 "]),
+        ("GRAPHRAG_CHUNK_OVERLAP", ["-1", "x", "1000", "1500"], ["0", "100", "999"]),
+        ("GRAPHRAG_MAX_DOCUMENT_BYTES", ["0", "-1", "lots"], ["1", "20971520"]),
+        ("GRAPHRAG_MAX_CLUSTER_SIZE", ["0", "1", "-3", "99999999999", "twelve"], ["2", "12", "1000"]),
+        ("GRAPHRAG_MAX_CONCURRENT_CHATS", ["0", "-2", "ten"], ["1", "10", "64"]),
+        ("GRAPHRAG_LLM_TIMEOUT", ["0", "-1", "1.5", "slow"], ["1", "120"]),
+        ("GRAPHRAG_LLM_MAX_RETRIES", ["-1", "x"], ["0", "5"]),
+        ("GRAPHRAG_LLM_BREAKER", ["-1", "three"], ["0", "3"]),
+        ("GRAPHRAG_MAX_GLEANINGS", ["-2", "x"], ["-1", "0", "3"]),
+    ],
+)
 def test_integers(name, bad, good):
     for value in bad:
         line = only({name: value})
@@ -121,7 +153,12 @@ def test_es_url(value):
 
 
 def test_urls_ok_and_credentials_never_shown():
-    assert check_settings({"GRAPHRAG_ES_URL": "https://elastic:pw@es.internal:9243", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}) == []
+    assert (
+        check_settings(
+            {"GRAPHRAG_ES_URL": "https://elastic:pw@es.internal:9243", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
+        )
+        == []
+    )
     line = only({"GRAPHRAG_ES_URL": "ftp://user:s3cret@es"})
     assert "s3cret" not in line
     assert only({"OPENAI_BASE_URL": "127.0.0.1:8000/v1"}).startswith("OPENAI_BASE_URL")
@@ -152,8 +189,13 @@ def test_paths(tmp_path):
 
 
 def test_many_problems_one_line_each():
-    env = {"GRAPHRAG_METHOD": "bogus", "GRAPHRAG_MAX_CLUSTER_SIZE": "0", "GRAPHRAG_CHUNK_TOKENS": "abc",
-           "GRAPHRAG_LLM_REPORTS": "maybe", "GRAPHRAG_ES_URL": "es:9200"}
+    env = {
+        "GRAPHRAG_METHOD": "bogus",
+        "GRAPHRAG_MAX_CLUSTER_SIZE": "0",
+        "GRAPHRAG_CHUNK_TOKENS": "abc",
+        "GRAPHRAG_LLM_REPORTS": "maybe",
+        "GRAPHRAG_ES_URL": "es:9200",
+    }
     problems = check_settings(env)
     assert len(problems) == 5
     for name in env:
@@ -164,7 +206,9 @@ def test_no_dagster_import():
     import subprocess
     import sys
 
-    code = ("import sys; from graphrag_pipeline.settings_check import check_settings; check_settings({}); "
-            "print('dagster' in sys.modules)")
+    code = (
+        "import sys; from graphrag_pipeline.settings_check import check_settings; check_settings({}); "
+        "print('dagster' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

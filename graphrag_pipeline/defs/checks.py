@@ -1,13 +1,12 @@
 """Asset checks: invariants of the graph and of the published index."""
 
-
 import dagster as dg
 import polars as pl
 
-from graphrag_pipeline.index.duckdb_writer import check_index_file
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import graph_assets, index_assets
 from graphrag_pipeline.defs.resources import PipelineSettings
+from graphrag_pipeline.index.duckdb_writer import check_index_file
 
 
 def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:
@@ -33,21 +32,30 @@ def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:
 def _graph_check(name: str, settings: PipelineSettings) -> dg.AssetCheckResult:
     nodes, edges = settings.store().read_graph(name)
     problems = _graph_problems(nodes, edges)
-    return dg.AssetCheckResult(passed=not problems, metadata={"problems": "; ".join(problems) or "none",
-                                                               "nodes": nodes.height, "edges": edges.height})
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={"problems": "; ".join(problems) or "none", "nodes": nodes.height, "edges": edges.height},
+    )
 
 
-@dg.asset_check(asset=graph_assets.knowledge_graph, description="Unique nodes; every edge joins two existing, distinct nodes once.")
+@dg.asset_check(
+    asset=graph_assets.knowledge_graph, description="Unique nodes; every edge joins two existing, distinct nodes once."
+)
 def knowledge_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckResult:
     return _graph_check("knowledge_graph", settings)
 
 
-@dg.asset_check(asset=graph_assets.resolved_graph, description="Unique nodes; every edge joins two existing, distinct nodes once.")
+@dg.asset_check(
+    asset=graph_assets.resolved_graph, description="Unique nodes; every edge joins two existing, distinct nodes once."
+)
 def resolved_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckResult:
     return _graph_check("resolved_graph", settings)
 
 
-@dg.asset_check(asset=graph_assets.communities, description="Every community member is an entity of the resolved graph; parents exist.")
+@dg.asset_check(
+    asset=graph_assets.communities,
+    description="Every community member is an entity of the resolved graph; parents exist.",
+)
 def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
     nodes, _ = store.read_graph("resolved_graph")
@@ -62,10 +70,13 @@ def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckR
     )
 
 
-@dg.asset_check(asset=index_assets.search_index, blocking=True,
-                description="The index holds every entity and relation of the resolved graph, a report per reportable community "
-                            "(2+ members), no stale or duplicate keys, and vectors on every row. Blocking: Elasticsearch is not "
-                            "synced from an index that fails it.")
+@dg.asset_check(
+    asset=index_assets.search_index,
+    blocking=True,
+    description="The index holds every entity and relation of the resolved graph, a report per reportable community "
+    "(2+ members), no stale or duplicate keys, and vectors on every row. Blocking: Elasticsearch is not "
+    "synced from an index that fails it.",
+)
 def search_index_is_complete(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")

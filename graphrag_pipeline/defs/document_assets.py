@@ -5,21 +5,20 @@ thousand documents cost one run, not a thousand. A bad file never fails its neig
 recorded as skipped, with the reason in the logs and in the metadata.
 """
 
-
 import time
 
 import dagster as dg
 
-from graphrag_pipeline.ingest.document_chunks import chunk_document
-from graphrag_pipeline.ingest.documents import scan_corpus
-from graphrag_pipeline.extract.batch import extract_documents
-from graphrag_pipeline.storage.files import DamagedFileError
-from graphrag_pipeline.storage.store import partition_key_problem
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
+from graphrag_pipeline.extract.batch import extract_documents
+from graphrag_pipeline.ingest.document_chunks import chunk_document
+from graphrag_pipeline.ingest.documents import scan_corpus
+from graphrag_pipeline.storage.files import DamagedFileError
+from graphrag_pipeline.storage.store import partition_key_problem
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -33,8 +32,8 @@ def _refuse_invalid_keys(keys: list[str]) -> None:
     shown = "; ".join(f"{k!r}: {p}" for k, p in bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
     raise dg.Failure(
         description=f"{len(bad)} of {len(keys)} partition keys are not valid document keys, so nothing was written "
-                    f"(invalid document partition key {shown}). No corpus file has such a key: delete these "
-                    "partitions of `documents` (a `graphrag-pipeline build` removes them).",
+        f"(invalid document partition key {shown}). No corpus file has such a key: delete these "
+        "partitions of `documents` (a `graphrag-pipeline build` removes them).",
         allow_retries=False,
     )
 
@@ -55,7 +54,9 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     rows, skipped, truncated = [], [], []
     total_chunks = total_tokens = 0
     for i, key in enumerate(keys, 1):
-        doc = chunk_document(key, files.get(key), settings.max_document_bytes, settings.chunk_tokens, settings.chunk_overlap)
+        doc = chunk_document(
+            key, files.get(key), settings.max_document_bytes, settings.chunk_tokens, settings.chunk_overlap
+        )
         for level, message in doc.log:
             getattr(context.log, level)(message)
         if doc.chunks is not None:
@@ -70,18 +71,22 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             truncated.append({"document": doc.document, "reason": doc.truncated})
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
-    return dg.MaterializeResult(metadata={
-        "documents": len(keys),
-        "chunks": total_chunks,
-        "tokens": total_tokens,
-        "skipped": len(skipped),
-        "truncated": len(truncated),
-        "preview": md_table(rows, ["document", "status", "chunks", "tokens"]),
-        "skipped_documents": md_table(skipped, ["document", "reason"], width=160),
-        "truncated_documents": md_table(truncated, ["document", "reason"], width=160),
-        # what a person must know about, for the CLI to print (skipped or cut documents)
-        "notices": dg.MetadataValue.json([{"document": r["document"], "note": r["reason"]} for r in skipped + truncated][:200]),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "documents": len(keys),
+            "chunks": total_chunks,
+            "tokens": total_tokens,
+            "skipped": len(skipped),
+            "truncated": len(truncated),
+            "preview": md_table(rows, ["document", "status", "chunks", "tokens"]),
+            "skipped_documents": md_table(skipped, ["document", "reason"], width=160),
+            "truncated_documents": md_table(truncated, ["document", "reason"], width=160),
+            # what a person must know about, for the CLI to print (skipped or cut documents)
+            "notices": dg.MetadataValue.json(
+                [{"document": r["document"], "note": r["reason"]} for r in skipped + truncated][:200]
+            ),
+        }
+    )
 
 
 @dg.asset(
@@ -95,7 +100,9 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     description="Entities and relations extracted from each document's chunks (cached per chunk hash).",
 )
 @stoppable
-def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
+def doc_subgraph(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings
+) -> dg.MaterializeResult:
     keys = context.partition_keys
     _refuse_invalid_keys(keys)
     store = settings.store()
@@ -106,10 +113,14 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         infos = {key: store.chunk_info(key) or {} for key in keys}
         all_chunks = store.read_all_chunks(keys)  # one scan of the batch's files, not one read per document
     except DamagedFileError as exc:
-        raise dg.Failure(description=f"{exc}: materialize `chunks` of this document again (a `graphrag-pipeline build` "
-                                     "does it)", allow_retries=False) from exc
+        raise dg.Failure(
+            description=f"{exc}: materialize `chunks` of this document again (a `graphrag-pipeline build` does it)",
+            allow_retries=False,
+        ) from exc
     if client is not None:
-        context.log.info(f"extracting {all_chunks.height} chunks of {len(keys)} documents with {method} via {client.describe()}")
+        context.log.info(
+            f"extracting {all_chunks.height} chunks of {len(keys)} documents with {method} via {client.describe()}"
+        )
 
     last_log = [time.monotonic()]
 
@@ -119,8 +130,15 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
             last_log[0] = time.monotonic()
             context.log.info(f"extraction: {done}/{total} chunks")
 
-    result = extract_documents(keys, all_chunks, method, settings.extraction_cache(), client,
-                               llm.extraction_settings(method) if client else None, progress)
+    result = extract_documents(
+        keys,
+        all_chunks,
+        method,
+        settings.extraction_cache(),
+        client,
+        llm.extraction_settings(method) if client else None,
+        progress,
+    )
     stats = result.stats
     for failure in stats.failed_chunks:
         context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
@@ -131,15 +149,28 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         mentions["entity_mentions"] += sub.entities.height
         mentions["relation_mentions"] += sub.relations.height
         mentions["dropped_relations"] += sub.dropped_relations
-        store.write_subgraph(doc.key, sub.entities, sub.relations, {
-            "content_hash": infos[doc.key].get("content_hash"), "method": method,
-            "entities": sub.entities.height, "relations": sub.relations.height,
-            "dropped_relations": sub.dropped_relations, "failed_chunks": doc.failed_chunks,
-        })
-        rows.append({"document": infos[doc.key].get("relpath") or doc.key, "chunks": doc.chunks,
-                     "failed_chunks": len(doc.failed_chunks),
-                     "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
-                     "relations": sub.relations.height})
+        store.write_subgraph(
+            doc.key,
+            sub.entities,
+            sub.relations,
+            {
+                "content_hash": infos[doc.key].get("content_hash"),
+                "method": method,
+                "entities": sub.entities.height,
+                "relations": sub.relations.height,
+                "dropped_relations": sub.dropped_relations,
+                "failed_chunks": doc.failed_chunks,
+            },
+        )
+        rows.append(
+            {
+                "document": infos[doc.key].get("relpath") or doc.key,
+                "chunks": doc.chunks,
+                "failed_chunks": len(doc.failed_chunks),
+                "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
+                "relations": sub.relations.height,
+            }
+        )
     step.record(stats.llm)
     metadata = {
         "documents": len(keys),
@@ -159,18 +190,23 @@ def doc_subgraph(context: dg.AssetExecutionContext, settings: PipelineSettings, 
             left = stats.documents_left
             stored = len(keys) - len(left)
             raise dg.Failure(
-                description=f"{len(left)} of {len(keys)} documents could not be extracted and are left for the next build "
-                            f"({', '.join(left[:10])}{' ...' if len(left) > 10 else ''})"
-                            + (f"; the other {stored} were stored and will not be extracted again. " if stored else ". ")
-                            + stats.circuit_open,
-                metadata={**metadata, "not_attempted_chunks": stats.not_attempted, "endpoint_down": True,
-                          "failed": md_table(failures, ["document", "error"], width=200)},
+                description=f"{len(left)} of {len(keys)} documents could not be extracted and are left for the "
+                f"next build "
+                f"({', '.join(left[:10])}{' ...' if len(left) > 10 else ''})"
+                + (f"; the other {stored} were stored and will not be extracted again. " if stored else ". ")
+                + stats.circuit_open,
+                metadata={
+                    **metadata,
+                    "not_attempted_chunks": stats.not_attempted,
+                    "endpoint_down": True,
+                    "failed": md_table(failures, ["document", "error"], width=200),
+                },
                 allow_retries=False,
             )
         raise dg.Failure(
             description=f"{len(failures)} of {len(keys)} documents could not be extracted (the LLM endpoint failed); "
-                        f"the other {len(keys) - len(failures)} were stored and will not be extracted again. "
-                        f"First error: {failures[0]['document']}: {failures[0]['error']}",
+            f"the other {len(keys) - len(failures)} were stored and will not be extracted again. "
+            f"First error: {failures[0]['document']}: {failures[0]['error']}",
             metadata={**metadata, "failed": md_table(failures, ["document", "error"], width=200)},
         )
     return dg.MaterializeResult(metadata=metadata)

@@ -4,25 +4,26 @@ Each body loads its inputs from the store, calls one core function, stores the r
 describes it in metadata. Declarative automation carries changes downstream.
 """
 
-
 import time
 from contextlib import contextmanager
 
 import dagster as dg
 import polars as pl
 
-from graphrag_pipeline.graph.communities import update_communities
-from graphrag_pipeline.llm.client import LLMCircuitOpen
-from graphrag_pipeline.graph.mentions import update_merged_graph
-from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
-from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
-from graphrag_pipeline.graph.summaries import summarise_long_descriptions
+from graphrag_pipeline.defs import (
+    document_assets,
+)  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
-from graphrag_pipeline.defs import document_assets  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
+from graphrag_pipeline.graph.communities import update_communities
+from graphrag_pipeline.graph.mentions import update_merged_graph
+from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
+from graphrag_pipeline.graph.summaries import summarise_long_descriptions
+from graphrag_pipeline.llm.client import LLMCircuitOpen
+from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
 
 EAGER = dg.AutomationCondition.eager()
 
@@ -38,7 +39,12 @@ def endpoint_down_fails_the_step():
 
 
 def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
-    rows = nodes.sort("pagerank", descending=True).head(n).select("name", "type", "degree", "pagerank", "description").to_dicts()
+    rows = (
+        nodes.sort("pagerank", descending=True)
+        .head(n)
+        .select("name", "type", "degree", "pagerank", "description")
+        .to_dicts()
+    )
     for r in rows:
         r["pagerank"] = f"{r['pagerank']:.4f}"
     return md_table(rows, ["name", "type", "degree", "pagerank", "description"], limit=n)
@@ -52,38 +58,52 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
 )
 @stoppable
-def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
+def knowledge_graph(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings
+) -> dg.MaterializeResult:
     store = settings.store()
     keys = document_keys(context.instance)
     merged = update_merged_graph(store, keys)
     step = StepLLM("knowledge_graph", settings, llm, used=settings.method != "fast")
     with endpoint_down_fails_the_step():
-        nodes, edges, summary = summarise_long_descriptions(merged.nodes, merged.edges, step.client, language=llm.language)
+        nodes, edges, summary = summarise_long_descriptions(
+            merged.nodes, merged.edges, step.client, language=llm.language
+        )
     usage = step.record()
     if summary.failed:
-        context.log.warning(f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined")
+        context.log.warning(
+            f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined"
+        )
     store.write_graph("knowledge_graph", nodes, edges)
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
         context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")
-    how = "from scratch" if merged.full else (f"{merged.documents_changed} changed and {merged.documents_removed} removed "
-                                              f"documents, {merged.affected_keys} entities merged again")
+    how = (
+        "from scratch"
+        if merged.full
+        else (
+            f"{merged.documents_changed} changed and {merged.documents_removed} removed "
+            f"documents, {merged.affected_keys} entities merged again"
+        )
+    )
     context.log.info(f"merged {len(keys)} documents into {nodes.height} entities and {edges.height} relations ({how})")
-    return dg.MaterializeResult(metadata={
-        "documents": len(keys),
-        "entities": nodes.height,
-        "relations": edges.height,
-        "dagster/row_count": nodes.height,
-        "documents_changed": merged.documents_changed,
-        "documents_removed": merged.documents_removed,
-        "entities_merged_again": merged.affected_keys if not merged.full else nodes.height,
-        "merged_from_scratch": merged.full,
-        "dropped_relations": merged.dropped_relations,
-        "orphan_files_removed": removed,
-        "summarised_descriptions": summary.summarised_nodes + summary.summarised_edges,
-        **llm_metadata(usage),
-        "top_entities": _top_entities(nodes),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "documents": len(keys),
+            "entities": nodes.height,
+            "relations": edges.height,
+            "dagster/row_count": nodes.height,
+            "documents_changed": merged.documents_changed,
+            "documents_removed": merged.documents_removed,
+            "entities_merged_again": merged.affected_keys if not merged.full else nodes.height,
+            "merged_from_scratch": merged.full,
+            "dropped_relations": merged.dropped_relations,
+            "orphan_files_removed": removed,
+            "summarised_descriptions": summary.summarised_nodes + summary.summarised_edges,
+            **llm_metadata(usage),
+            "top_entities": _top_entities(nodes),
+        }
+    )
 
 
 @dg.asset(
@@ -94,7 +114,9 @@ def knowledge_graph(context: dg.AssetExecutionContext, settings: PipelineSetting
     description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",
 )
 @stoppable
-def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
+def resolved_graph(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings
+) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("knowledge_graph")
     state = store.read_state("resolution", {})
@@ -107,20 +129,24 @@ def resolved_graph(context: dg.AssetExecutionContext, settings: PipelineSettings
     usage = step.record()
     store.write_graph("resolved_graph", result.nodes, result.edges)
     store.write_state("resolution", result.state)
-    context.log.info(f"resolved {result.candidates} candidate pairs, {result.merged} merged ({len(result.changed)} new entities)")
+    context.log.info(
+        f"resolved {result.candidates} candidate pairs, {result.merged} merged ({len(result.changed)} new entities)"
+    )
     merges = [{"merged": k, "into": v} for k, v in sorted(result.mapping.items())]
-    return dg.MaterializeResult(metadata={
-        "entities": result.nodes.height,
-        "relations": result.edges.height,
-        "new_entities": len(result.changed),
-        "candidate_pairs": result.candidates,
-        "merged_pairs": result.merged,
-        "judge": judge_id if client else "offline (normalised name equality)",
-        "unparsed_answers": judge.unparsed if judge else 0,
-        **llm_metadata(usage),
-        "merges": md_table(merges, ["merged", "into"]),
-        "top_entities": _top_entities(result.nodes),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "entities": result.nodes.height,
+            "relations": result.edges.height,
+            "new_entities": len(result.changed),
+            "candidate_pairs": result.candidates,
+            "merged_pairs": result.merged,
+            "judge": judge_id if client else "offline (normalised name equality)",
+            "unparsed_answers": judge.unparsed if judge else 0,
+            **llm_metadata(usage),
+            "merges": md_table(merges, ["merged", "into"]),
+            "top_entities": _top_entities(result.nodes),
+        }
+    )
 
 
 class CommunitiesConfig(dg.Config):
@@ -133,10 +159,12 @@ class CommunitiesConfig(dg.Config):
     kinds={"polars"},
     automation_condition=EAGER,
     description="Hierarchical Leiden communities (all levels), kept stable across builds: only the changed "
-                "frontier of the graph moves; one `communities` partition per reportable community.",
+    "frontier of the graph moves; one `communities` partition per reportable community.",
 )
 @stoppable
-def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, config: CommunitiesConfig) -> dg.MaterializeResult:
+def communities(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, config: CommunitiesConfig
+) -> dg.MaterializeResult:
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
     previous = store.read_community_state()
@@ -144,16 +172,26 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
     written = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
     lost = {k for k in written if not store.has_report(k)}  # counted as written, but the file is gone
     started = time.perf_counter()
-    update = update_communities(nodes, edges, previous, max_cluster_size=settings.max_cluster_size, use_lcc=settings.use_lcc,
-                                full_recluster=config.full_recluster, memo=store.recall_partition, lost_ids=lost)
+    update = update_communities(
+        nodes,
+        edges,
+        previous,
+        max_cluster_size=settings.max_cluster_size,
+        use_lcc=settings.use_lcc,
+        full_recluster=config.full_recluster,
+        memo=store.recall_partition,
+        lost_ids=lost,
+    )
     elapsed = time.perf_counter() - started
     df = update.communities
     store.write_community_state(update.state)
     if update.memo:
         store.remember_partition(*update.memo)
     m = update.metrics
-    context.log.info(f"{update.message} in {elapsed:.2f}s: {m.get('communities_changed', 0)} new or changed, "
-                     f"{m.get('communities_kept', 0)} kept ({m.get('source', '')})")
+    context.log.info(
+        f"{update.message} in {elapsed:.2f}s: {m.get('communities_changed', 0)} new or changed, "
+        f"{m.get('communities_kept', 0)} kept ({m.get('source', '')})"
+    )
     if m.get("reclustered") and previous is not None:
         context.log.warning(f"re-clustered from scratch: {m.get('recluster_reason')}")
 
@@ -164,35 +202,48 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
     deleted = store.remove_reports_except(update.retained_ids)
     lost_now = lost & set(previous.table["community_id"].to_list()) if previous is not None else set()
     if lost_now:
-        context.log.warning(f"{len(lost_now)} reports counted as written were missing (e.g. {sorted(lost_now)[0]}); "
-                            "their communities get new report partitions")
-    levels = df.group_by("level").agg(pl.len().alias("communities"), pl.col("size").max().alias("largest")).sort("level").to_dicts()
+        context.log.warning(
+            f"{len(lost_now)} reports counted as written were missing (e.g. {sorted(lost_now)[0]}); "
+            "their communities get new report partitions"
+        )
+    levels = (
+        df.group_by("level")
+        .agg(pl.len().alias("communities"), pl.col("size").max().alias("largest"))
+        .sort("level")
+        .to_dicts()
+    )
     fresh = m.get("modularity_fresh") or 0.0
-    return dg.MaterializeResult(metadata={
-        "communities": df.height,
-        "dagster/row_count": df.height,
-        "reportable": len(wanted),
-        "communities_changed": m.get("communities_changed", 0),
-        "communities_kept": m.get("communities_kept", 0),
-        "communities_removed": m.get("communities_removed", 0),
-        "modularity_kept": dg.MetadataValue.float(float(m.get("modularity_kept", 0.0))),
-        "modularity_fresh": dg.MetadataValue.float(float(fresh)),
-        "modularity_ratio": dg.MetadataValue.float(round(m.get("modularity_kept", 0.0) / fresh, 4) if fresh else 1.0),
-        "reclustered": bool(m.get("reclustered")),
-        "recluster_reason": m.get("recluster_reason") or "not re-clustered: only the changed frontier moved",
-        "clustering": m.get("source", ""),
-        "frontier_nodes": m.get("frontier_nodes", 0),
-        "moved_nodes": m.get("moved_nodes", 0),
-        "new_report_partitions": len(new),
-        "removed_report_partitions": len(gone),
-        "reports_lost": len(lost_now),
-        "reports_deleted": deleted,
-        "seconds": round(elapsed, 2),
-        "message": update.message,
-        "levels": md_table(levels, ["level", "communities", "largest"]),
-        "preview": md_table(df.head(20).with_columns(pl.col("nodes").list.head(6).list.join(", ")).to_dicts(),
-                            ["community_id", "level", "size", "weight", "nodes"]),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "communities": df.height,
+            "dagster/row_count": df.height,
+            "reportable": len(wanted),
+            "communities_changed": m.get("communities_changed", 0),
+            "communities_kept": m.get("communities_kept", 0),
+            "communities_removed": m.get("communities_removed", 0),
+            "modularity_kept": dg.MetadataValue.float(float(m.get("modularity_kept", 0.0))),
+            "modularity_fresh": dg.MetadataValue.float(float(fresh)),
+            "modularity_ratio": dg.MetadataValue.float(
+                round(m.get("modularity_kept", 0.0) / fresh, 4) if fresh else 1.0
+            ),
+            "reclustered": bool(m.get("reclustered")),
+            "recluster_reason": m.get("recluster_reason") or "not re-clustered: only the changed frontier moved",
+            "clustering": m.get("source", ""),
+            "frontier_nodes": m.get("frontier_nodes", 0),
+            "moved_nodes": m.get("moved_nodes", 0),
+            "new_report_partitions": len(new),
+            "removed_report_partitions": len(gone),
+            "reports_lost": len(lost_now),
+            "reports_deleted": deleted,
+            "seconds": round(elapsed, 2),
+            "message": update.message,
+            "levels": md_table(levels, ["level", "communities", "largest"]),
+            "preview": md_table(
+                df.head(20).with_columns(pl.col("nodes").list.head(6).list.join(", ")).to_dicts(),
+                ["community_id", "level", "size", "weight", "nodes"],
+            ),
+        }
+    )
 
 
 @dg.asset(
@@ -207,19 +258,27 @@ def communities(context: dg.AssetExecutionContext, settings: PipelineSettings, c
     description="One report per community, regenerated only when the community's content (fingerprint) changes.",
 )
 @stoppable
-def community_reports(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings) -> dg.MaterializeResult:
+def community_reports(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings
+) -> dg.MaterializeResult:
     step = StepLLM("community_reports", settings, llm, used=settings.method != "fast" and llm.use_for_reports)
     with endpoint_down_fails_the_step():
-        result = write_reports(settings.store(), context.partition_keys, step.client, language=llm.language, log=context.log)
+        result = write_reports(
+            settings.store(), context.partition_keys, step.client, language=llm.language, log=context.log
+        )
     usage = step.record()
-    rows = [{"community": k, "title": r.title, "rating": r.rating, "size": result.sizes[k], "extractive": r.extractive}
-            for k, r in result.written.items()]
-    return dg.MaterializeResult(metadata={
-        "reports": len(result.written),
-        "reused": len(result.reused),
-        "superseded": len(result.superseded),
-        "extractive": result.extractive,
-        "fallbacks": len(result.fallbacks),
-        **llm_metadata(usage),
-        "preview": md_table(rows, ["community", "title", "rating", "size", "extractive"]),
-    })
+    rows = [
+        {"community": k, "title": r.title, "rating": r.rating, "size": result.sizes[k], "extractive": r.extractive}
+        for k, r in result.written.items()
+    ]
+    return dg.MaterializeResult(
+        metadata={
+            "reports": len(result.written),
+            "reused": len(result.reused),
+            "superseded": len(result.superseded),
+            "extractive": result.extractive,
+            "fallbacks": len(result.fallbacks),
+            **llm_metadata(usage),
+            "preview": md_table(rows, ["community", "title", "rating", "size", "extractive"]),
+        }
+    )

@@ -1,17 +1,11 @@
 """The published search index (DuckDB, patched by delta or rebuilt aside, swapped in whole) and its
 Elasticsearch copy (following the same delta when it can)."""
 
-
 import time
 
 import dagster as dg
 import polars as pl
 
-from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
-from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
-from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_index
-from graphrag_pipeline.index.records import collect_reports
-from graphrag_pipeline.graph.mentions import all_chunks
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import document_assets, graph_assets
 from graphrag_pipeline.defs.graph_assets import EAGER
@@ -19,6 +13,11 @@ from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
+from graphrag_pipeline.graph.mentions import all_chunks
+from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
+from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
+from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_index
+from graphrag_pipeline.index.records import collect_reports
 
 
 class SearchIndexConfig(dg.Config):
@@ -44,27 +43,38 @@ def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
         pool = con.sql('SELECT type, entities, "count" FROM ty2ents ORDER BY "count" DESC, type').pl()
     finally:
         con.close()
-    return md_table(pool.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"])
+    return md_table(
+        pool.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"]
+    )
 
 
 def _incomplete(message: str, verdict) -> dg.Failure:
     # retrying cannot help: the inputs lack something; the published index was left as it was
-    return dg.Failure(description=f"{message}; the published index was left untouched",
-                      metadata=verdict.to_metadata(), allow_retries=False)
+    return dg.Failure(
+        description=f"{message}; the published index was left untouched",
+        metadata=verdict.to_metadata(),
+        allow_retries=False,
+    )
 
 
 @dg.asset(
-    deps=[graph_assets.resolved_graph, graph_assets.communities, graph_assets.community_reports, document_assets.chunks],
+    deps=[
+        graph_assets.resolved_graph,
+        graph_assets.communities,
+        graph_assets.community_reports,
+        document_assets.chunks,
+    ],
     group_name="index",
     kinds={"duckdb"},
     automation_condition=PUBLISH_WHEN_SETTLED,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
     description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool. "
-                "Published by delta (only changed rows are written) or rebuilt whole; verified complete before it is published.",
+    "Published by delta (only changed rows are written) or rebuilt whole; verified complete before it is published.",
 )
 @stoppable
-def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings,
-                 config: SearchIndexConfig) -> dg.MaterializeResult:
+def search_index(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings, config: SearchIndexConfig
+) -> dg.MaterializeResult:
     started = time.perf_counter()
     store = settings.store()
     nodes, edges = store.read_graph("resolved_graph")
@@ -74,43 +84,63 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     reports, missing = collect_reports(comms, store.read_report)
     if missing:
         verdict = missing_reports_completeness(missing, len(reports) + len(missing))
-        raise _incomplete(f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
-                          f"(first: {', '.join(missing[:5])})", verdict)
+        raise _incomplete(
+            f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
+            f"(first: {', '.join(missing[:5])})",
+            verdict,
+        )
     doc_keys = document_keys(context.instance)
     chunk_df = all_chunks(store, doc_keys)
     client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
     if llm.embedding_model != "hashing" and client is None:
-        raise dg.Failure(f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL")
+        raise dg.Failure(
+            f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL"
+        )
     embedder = EndpointEmbedder(client) if client else HashingEmbedder()
     inputs_seconds = time.perf_counter() - started
     try:
-        result = publish_index(settings.paths.index_file, nodes, edges, comms, reports, chunk_df, embedder,
-                               {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
-                               full_rebuild=config.full_rebuild, log=context.log.info)
+        result = publish_index(
+            settings.paths.index_file,
+            nodes,
+            edges,
+            comms,
+            reports,
+            chunk_df,
+            embedder,
+            {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+            full_rebuild=config.full_rebuild,
+            log=context.log.info,
+        )
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
     seconds = time.perf_counter() - started
-    context.log.info(f"{result.mode} publish of {settings.paths.index_file} ({result.size / 1e6:.1f} MB) in {seconds:.1f}s "
-                     f"({result.reason}): {changes['rows_inserted']} rows inserted, {changes['rows_updated']} updated, "
-                     f"{changes['rows_deleted']} deleted, {changes['rows_unchanged']} unchanged; {counts}")
-    return dg.MaterializeResult(metadata={
-        **{k: v for k, v in counts.items()},
-        **{k: v for k, v in changes.items() if k not in ("row_changes", "phase_seconds")},
-        "row_changes": md_table([{"table": t, **d} for t, d in changes["row_changes"].items()],
-                                ["table", "inserted", "updated", "deleted", "unchanged"]),
-        "row_changes_json": dg.MetadataValue.json(changes["row_changes"]),
-        "seconds": round(seconds, 3),
-        "phase_seconds": dg.MetadataValue.json({"inputs": round(inputs_seconds, 3), **changes["phase_seconds"]}),
-        "documents": len(doc_keys),
-        "communities": comms.height,
-        "reportable_communities": len(reports),
-        "path": dg.MetadataValue.path(str(settings.paths.index_file)),
-        "size_bytes": result.size,
-        "embedding_model": embedder.model_id,
-        "type_pool": _type_pool_preview(settings.paths.index_file),
-    })
+    context.log.info(
+        f"{result.mode} publish of {settings.paths.index_file} ({result.size / 1e6:.1f} MB) in {seconds:.1f}s "
+        f"({result.reason}): {changes['rows_inserted']} rows inserted, {changes['rows_updated']} updated, "
+        f"{changes['rows_deleted']} deleted, {changes['rows_unchanged']} unchanged; {counts}"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            **{k: v for k, v in counts.items()},
+            **{k: v for k, v in changes.items() if k not in ("row_changes", "phase_seconds")},
+            "row_changes": md_table(
+                [{"table": t, **d} for t, d in changes["row_changes"].items()],
+                ["table", "inserted", "updated", "deleted", "unchanged"],
+            ),
+            "row_changes_json": dg.MetadataValue.json(changes["row_changes"]),
+            "seconds": round(seconds, 3),
+            "phase_seconds": dg.MetadataValue.json({"inputs": round(inputs_seconds, 3), **changes["phase_seconds"]}),
+            "documents": len(doc_keys),
+            "communities": comms.height,
+            "reportable_communities": len(reports),
+            "path": dg.MetadataValue.path(str(settings.paths.index_file)),
+            "size_bytes": result.size,
+            "embedding_model": embedder.model_id,
+            "type_pool": _type_pool_preview(settings.paths.index_file),
+        }
+    )
 
 
 @dg.asset(
@@ -119,23 +149,35 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     kinds={"elasticsearch"},
     automation_condition=EAGER,
     retry_policy=dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
-    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): follows the DuckDB index's delta when it holds "
-                "the version that delta starts from; otherwise changed records written and vanished ones deleted by content hash; "
-                "a full rebuild swaps the alias atomically.",
+    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): follows the DuckDB index's "
+    "delta when it holds "
+    "the version that delta starts from; otherwise changed records written and vanished ones deleted by content hash; "
+    "a full rebuild swaps the alias atomically.",
 )
 @stoppable
-def elasticsearch_index(context: dg.AssetExecutionContext, settings: PipelineSettings, config: ElasticsearchConfig) -> dg.MaterializeResult:
+def elasticsearch_index(
+    context: dg.AssetExecutionContext, settings: PipelineSettings, config: ElasticsearchConfig
+) -> dg.MaterializeResult:
     cfg = EsConfig.from_env(settings.home)
     if cfg is None:
-        return dg.MaterializeResult(metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"})
+        return dg.MaterializeResult(
+            metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"}
+        )
     context.log.info(f"syncing {settings.paths.index_file} to {cfg.url} alias {cfg.alias}")
     try:
         stats = sync_index(cfg, settings.paths.index_file, full_rebuild=config.full_rebuild)
     except EsIndexError as exc:
         raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
-    context.log.info(f"{stats.path} ({stats.reason}) {stats.index}: {stats.written} written, "
-                     f"{stats.deleted} deleted, {stats.unchanged} unchanged in {stats.seconds:.1f}s")
-    return dg.MaterializeResult(metadata={
-        **stats.to_metadata(), "url": cfg.url, "alias": cfg.alias, "records": stats.written + stats.unchanged,
-        "seconds": round(stats.seconds, 2),
-    })
+    context.log.info(
+        f"{stats.path} ({stats.reason}) {stats.index}: {stats.written} written, "
+        f"{stats.deleted} deleted, {stats.unchanged} unchanged in {stats.seconds:.1f}s"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            **stats.to_metadata(),
+            "url": cfg.url,
+            "alias": cfg.alias,
+            "records": stats.written + stats.unchanged,
+            "seconds": round(stats.seconds, 2),
+        }
+    )

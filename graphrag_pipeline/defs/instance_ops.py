@@ -14,8 +14,12 @@ PID_TAG = "graphrag/pid"
 HOST_TAG = "graphrag/host"
 LLM_POOL = "llm"
 
-_IN_PROGRESS = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING,
-                dg.DagsterRunStatus.NOT_STARTED]
+_IN_PROGRESS = [
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.CANCELING,
+    dg.DagsterRunStatus.NOT_STARTED,
+]
 
 
 def cli_run_tags() -> dict[str, str]:
@@ -51,8 +55,9 @@ def recover_dead_runs(instance: dg.DagsterInstance, *, home_locked: bool = True)
         reason = f"the build process that ran it (pid {pid}) is gone"
         instance.report_run_failed(run, message=f"Marked failed by a later build: {reason}.")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        messages.append(f"run {run.run_id[:8]} ({run.job_name}) was left in progress: {reason}; marked failed, "
-                        f"its pool slots freed")
+        messages.append(
+            f"run {run.run_id[:8]} ({run.job_name}) was left in progress: {reason}; marked failed, its pool slots freed"
+        )
     storage = instance.event_log_storage
     try:
         holders = storage.get_concurrency_run_ids()
@@ -90,10 +95,14 @@ def wait_for_pool(instance: dg.DagsterInstance, pool: str = LLM_POOL, *, timeout
         if free != 0:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no slot of the '{pool}' pool became free in {timeout_s:.0f}s; it is held by run(s) "
-                               f"{', '.join(h[:8] for h in holders)} (see the Dagster UI); try again later")
+            raise TimeoutError(
+                f"no slot of the '{pool}' pool became free in {timeout_s:.0f}s; it is held by run(s) "
+                f"{', '.join(h[:8] for h in holders)} (see the Dagster UI); try again later"
+            )
         if not announced:
-            say(f"  waiting for a slot of the '{pool}' pool, held by run(s) {', '.join(h[:8] for h in holders)} "
-                f"(at most {timeout_s:.0f}s; Ctrl-C stops)")
+            say(
+                f"  waiting for a slot of the '{pool}' pool, held by run(s) {', '.join(h[:8] for h in holders)} "
+                f"(at most {timeout_s:.0f}s; Ctrl-C stops)"
+            )
             announced = True
         time.sleep(1.0)

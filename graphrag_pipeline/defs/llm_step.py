@@ -23,5 +23,9 @@ class StepLLM:
 
 
 def llm_metadata(usage: LLMUsage) -> dict:
-    return {"llm_calls": usage.calls, "llm_cache_hits": usage.cache_hits,
-            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    return {
+        "llm_calls": usage.calls,
+        "llm_cache_hits": usage.cache_hits,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+    }

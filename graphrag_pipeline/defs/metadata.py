@@ -1,6 +1,5 @@
 """Helpers for materialization metadata: Markdown previews and counts."""
 
-
 import dagster as dg
 
 

@@ -1,3 +1,5 @@
+"""The dynamic partitions: one per corpus document (`documents`) and one per community report (`communities`)."""
+
 import dagster as dg
 
 documents_partitions = dg.DynamicPartitionsDefinition(name="documents")

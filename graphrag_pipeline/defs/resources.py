@@ -6,16 +6,14 @@ default. Loading the definitions reads and writes no environment variable; a val
 config (the launchpad) wins over the environment.
 """
 
-
 from pathlib import Path
-from typing import Optional
 
 import dagster as dg
 from pydantic import Field
 
 from graphrag_pipeline import settings as env_settings
-from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline.storage.store import Store
 
 
@@ -47,13 +45,15 @@ class _FromSettings(dg.ConfigurableResource):
 class PipelineSettings(_FromSettings):
     """Where the corpus and all state live, and how documents are processed."""
 
-    home: Optional[str] = _from("GRAPHRAG_HOME")
-    corpus_dir: Optional[str] = _from("GRAPHRAG_CORPUS")  # the corpus asked for; a built home's own record wins, see `corpus`
-    requested_method: Optional[str] = _from("GRAPHRAG_METHOD")  # a built home's own record wins, see `method`
-    chunk_tokens: Optional[int] = _from("GRAPHRAG_CHUNK_TOKENS")
-    chunk_overlap: Optional[int] = _from("GRAPHRAG_CHUNK_OVERLAP")
-    max_document_bytes: Optional[int] = _from("GRAPHRAG_MAX_DOCUMENT_BYTES")
-    max_cluster_size: Optional[int] = _from("GRAPHRAG_MAX_CLUSTER_SIZE")
+    home: str | None = _from("GRAPHRAG_HOME")
+    corpus_dir: str | None = _from(
+        "GRAPHRAG_CORPUS"
+    )  # the corpus asked for; a built home's own record wins, see `corpus`
+    requested_method: str | None = _from("GRAPHRAG_METHOD")  # a built home's own record wins, see `method`
+    chunk_tokens: int | None = _from("GRAPHRAG_CHUNK_TOKENS")
+    chunk_overlap: int | None = _from("GRAPHRAG_CHUNK_OVERLAP")
+    max_document_bytes: int | None = _from("GRAPHRAG_MAX_DOCUMENT_BYTES")
+    max_cluster_size: int | None = _from("GRAPHRAG_MAX_CLUSTER_SIZE")
     use_lcc: bool = True
 
     @property
@@ -92,16 +92,16 @@ class LLMSettings(_FromSettings):
     logs or metadata.
     """
 
-    model: Optional[str] = _from("GRAPHRAG_LLM_MODEL")
-    embedding_model: Optional[str] = _from("GRAPHRAG_EMBEDDING_MODEL")
-    max_concurrent_chats: Optional[int] = _from("GRAPHRAG_MAX_CONCURRENT_CHATS")
-    timeout_s: Optional[int] = _from("GRAPHRAG_LLM_TIMEOUT")
-    max_retries: Optional[int] = _from("GRAPHRAG_LLM_MAX_RETRIES")
-    language: Optional[str] = _from("GRAPHRAG_LANGUAGE")
-    entity_types: Optional[list[str]] = _from("GRAPHRAG_ENTITY_TYPES")  # the variable: comma-separated
-    max_gleanings: Optional[int] = _from("GRAPHRAG_MAX_GLEANINGS")  # -1: the method's default (light 0, general 1)
-    resolution: Optional[bool] = _from("GRAPHRAG_LLM_RESOLUTION")  # judge resolution candidates with the LLM
-    reports: Optional[bool] = _from("GRAPHRAG_LLM_REPORTS")  # write community reports with the LLM
+    model: str | None = _from("GRAPHRAG_LLM_MODEL")
+    embedding_model: str | None = _from("GRAPHRAG_EMBEDDING_MODEL")
+    max_concurrent_chats: int | None = _from("GRAPHRAG_MAX_CONCURRENT_CHATS")
+    timeout_s: int | None = _from("GRAPHRAG_LLM_TIMEOUT")
+    max_retries: int | None = _from("GRAPHRAG_LLM_MAX_RETRIES")
+    language: str | None = _from("GRAPHRAG_LANGUAGE")
+    entity_types: list[str] | None = _from("GRAPHRAG_ENTITY_TYPES")  # the variable: comma-separated
+    max_gleanings: int | None = _from("GRAPHRAG_MAX_GLEANINGS")  # -1: the method's default (light 0, general 1)
+    resolution: bool | None = _from("GRAPHRAG_LLM_RESOLUTION")  # judge resolution candidates with the LLM
+    reports: bool | None = _from("GRAPHRAG_LLM_REPORTS")  # write community reports with the LLM
 
     @property
     def use_for_resolution(self) -> bool:
@@ -120,17 +120,25 @@ class LLMSettings(_FromSettings):
         if not api_key and not base_url:
             return None
         return LLMClient(
-            model=self.model, api_key=api_key or "EMPTY", base_url=base_url,
-            cache=KVCache(cache_path, "llm"), max_concurrent=self.max_concurrent_chats,
-            timeout_s=float(self.timeout_s), max_retries=self.max_retries,
+            model=self.model,
+            api_key=api_key or "EMPTY",
+            base_url=base_url,
+            cache=KVCache(cache_path, "llm"),
+            max_concurrent=self.max_concurrent_chats,
+            timeout_s=float(self.timeout_s),
+            max_retries=self.max_retries,
             embedding_model=env_settings.endpoint_embedding_model(self.embedding_model),
         )
 
     def extraction_settings(self, method: str):
         from graphrag_pipeline.extract.llm import ExtractionSettings
 
-        return ExtractionSettings(method=method, language=self.language, entity_types=list(self.entity_types),
-                                  max_gleanings=None if self.max_gleanings < 0 else self.max_gleanings)
+        return ExtractionSettings(
+            method=method,
+            language=self.language,
+            entity_types=list(self.entity_types),
+            max_gleanings=None if self.max_gleanings < 0 else self.max_gleanings,
+        )
 
 
 def llm_settings_from_env() -> LLMSettings:

@@ -1,14 +1,15 @@
 """Watching the corpus: the sensor adds, removes and runs document partitions; a daily schedule reconciles."""
 
-
 import json
 
 import dagster as dg
 
-from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
-from graphrag_pipeline.defs import jobs as pipeline_jobs  # the module, not its jobs: each job is loaded once, from jobs.py
+from graphrag_pipeline.defs import (
+    jobs as pipeline_jobs,
+)  # the module, not its jobs: each job is loaded once, from jobs.py
 from graphrag_pipeline.defs.partitions import change_partitions, documents_partitions
 from graphrag_pipeline.defs.resources import PipelineSettings
+from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
 
 CURSOR_VERSION = 1
 
@@ -17,18 +18,27 @@ def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> s
     """An empty corpus (an unmounted drive, a wrong path) never empties a built knowledge base here."""
     if plan.states or not existing:
         return None
-    return (f"the corpus {settings.corpus} has no documents: refusing to remove all {len(existing)} documents of "
-            "this knowledge base; fix the corpus, or run `graphrag-pipeline build --allow-empty` to empty it")
+    return (
+        f"the corpus {settings.corpus} has no documents: refusing to remove all {len(existing)} documents of "
+        "this knowledge base; fix the corpus, or run `graphrag-pipeline build --allow-empty` to empty it"
+    )
 
 
 def _requests(plan, reason: str) -> list[dg.RunRequest]:
     requests = [
-        dg.RunRequest(job_name=pipeline_jobs.documents_job.name, tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))})
+        dg.RunRequest(
+            job_name=pipeline_jobs.documents_job.name,
+            tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))},
+        )
         for batch in plan.batches(DEFAULT_BATCH)
     ]
     if plan.to_delete and not requests:
         # a deletion produces no new materialization, so ask for the merge directly; automation does the rest
-        requests.append(dg.RunRequest(job_name=pipeline_jobs.graph_job.name, tags={"graphrag/reason": f"{reason}: documents removed"}))
+        requests.append(
+            dg.RunRequest(
+                job_name=pipeline_jobs.graph_job.name, tags={"graphrag/reason": f"{reason}: documents removed"}
+            )
+        )
     return requests
 
 
@@ -36,18 +46,21 @@ def _requests(plan, reason: str) -> list[dg.RunRequest]:
     jobs=[pipeline_jobs.documents_job, pipeline_jobs.graph_job],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Adds partitions for new corpus files, removes those of deleted files, runs new or changed files in batches.",
+    description="Adds partitions for new corpus files, removes those of deleted files, runs new or changed "
+    "files in batches.",
 )
 def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult:
     cursor = json.loads(context.cursor) if context.cursor else {}
     previous = cursor.get("files") if cursor.get("v") == CURSOR_VERSION else None
     existing = context.instance.get_dynamic_partitions(documents_partitions.name)
     plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous)
-    for key, err in plan.errors.items():
+    for err in plan.errors.values():
         context.log.warning(f"cannot read {err}")
     if refusal := _refuse_emptying(plan, existing, settings):
         return dg.SensorResult(skip_reason=refusal)
-    new_cursor = json.dumps({"v": CURSOR_VERSION, "files": {k: s.to_list() for k, s in plan.states.items()}}, sort_keys=True)
+    new_cursor = json.dumps(
+        {"v": CURSOR_VERSION, "files": {k: s.to_list() for k, s in plan.states.items()}}, sort_keys=True
+    )
     if not plan.changed:
         return dg.SensorResult(cursor=new_cursor, skip_reason=f"{len(plan.states)} documents, none new or changed")
     context.log.info(f"corpus: {len(plan.to_add)} new, {len(plan.to_delete)} removed, {len(plan.stale)} to (re)process")
@@ -88,7 +101,7 @@ weekly_recluster = dg.ScheduleDefinition(
     job=pipeline_jobs.recluster_job,
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Sundays 04:00, when turned on: cluster communities from scratch (builds otherwise keep the previous "
-                "partition and move only the changed frontier, re-clustering by themselves when quality drops).",
+    "partition and move only the changed frontier, re-clustering by themselves when quality drops).",
 )
 
 

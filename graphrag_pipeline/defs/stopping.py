@@ -17,8 +17,11 @@ from graphrag_pipeline.llm.client import cancel_all_clients
 
 def _stopped(signo: int) -> dg.Failure:
     cancel_all_clients()
-    return dg.Failure(description=f"stopped by {signal.Signals(signo).name}", allow_retries=False,
-                      metadata={"stopped_by": signal.Signals(signo).name})
+    return dg.Failure(
+        description=f"stopped by {signal.Signals(signo).name}",
+        allow_retries=False,
+        metadata={"stopped_by": signal.Signals(signo).name},
+    )
 
 
 def stoppable(fn):

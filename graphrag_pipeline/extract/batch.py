@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
-from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.extract.records import Extraction
 from graphrag_pipeline.extract.subgraph import DocSubgraph, build_doc_subgraph
+from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.usage import LLMUsage
 
 EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v1", "general": "general-v1"}
@@ -54,9 +54,14 @@ class ExtractionStats:
 def settings_fingerprint(method: str, llm=None, settings=None) -> str:
     if method == "fast":
         return EXTRACTOR_VERSIONS["fast"]
-    payload = {"v": EXTRACTOR_VERSIONS[method], "model": getattr(llm, "model", ""),
-               "settings": settings.__dict__ if settings is not None else {}}
-    return EXTRACTOR_VERSIONS[method] + "-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    payload = {
+        "v": EXTRACTOR_VERSIONS[method],
+        "model": getattr(llm, "model", ""),
+        "settings": settings.__dict__ if settings is not None else {},
+    }
+    return (
+        EXTRACTOR_VERSIONS[method] + "-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    )
 
 
 def extract_tasks(
@@ -72,8 +77,10 @@ def extract_tasks(
     if method not in EXTRACTOR_VERSIONS:
         raise ValueError(f"unknown extraction method {method!r}; expected one of {', '.join(METHODS)}")
     if method != "fast" and llm is None:
-        raise ValueError(f"extraction method {method!r} needs an LLM endpoint: set OPENAI_API_KEY "
-                         "(and OPENAI_BASE_URL for a local server), or use --method fast")
+        raise ValueError(
+            f"extraction method {method!r} needs an LLM endpoint: set OPENAI_API_KEY "
+            "(and OPENAI_BASE_URL for a local server), or use --method fast"
+        )
     prefix = settings_fingerprint(method, llm, settings)
     unique: dict[str, ChunkTask] = {}
     for t in tasks:
@@ -107,6 +114,7 @@ def extract_tasks(
 @dataclass
 class DocumentExtraction:
     """One document's subgraph, ready to store, and what went into it."""
+
     key: str
     subgraph: DocSubgraph
     chunks: int
@@ -133,8 +141,12 @@ def extract_documents(
     """The subgraph of each document in ``keys`` from its chunks (a frame with doc_id, position,
     chunk_id, text). A document the endpoint failed on (``stats.failed_documents``) gets none: its
     previous output, if any, stays, and the next build tries it again."""
-    tasks = [ChunkTask(key, pos, cid, text) for key, pos, cid, text in
-             chunks.select("doc_id", "position", "chunk_id", "text").sort("doc_id", "position").rows()]
+    tasks = [
+        ChunkTask(key, pos, cid, text)
+        for key, pos, cid, text in chunks.select("doc_id", "position", "chunk_id", "text")
+        .sort("doc_id", "position")
+        .rows()
+    ]
     stats = ExtractionStats()
     extracted = extract_tasks(tasks, method, cache, stats, llm, settings, progress)
     failed_by_doc: dict[str, list[dict]] = {}
@@ -202,8 +214,14 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress) -> di
                     stats.failed_documents.setdefault(task.doc_id, str(exc))
                     continue
                 if outcome.failed:
-                    stats.failed_chunks.append({"doc_id": task.doc_id, "chunk_id": task.chunk_id,
-                                                "error": outcome.error, "raw": outcome.raw[:4000]})
+                    stats.failed_chunks.append(
+                        {
+                            "doc_id": task.doc_id,
+                            "chunk_id": task.chunk_id,
+                            "error": outcome.error,
+                            "raw": outcome.raw[:4000],
+                        }
+                    )
                     continue
                 stats.extracted += 1
                 out[task.chunk_id] = outcome.extraction
@@ -232,6 +250,12 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress) -> di
         pool.shutdown(wait=True, cancel_futures=True)
     finally:
         after = llm.usage_snapshot()
-        stats.llm.add(LLMUsage(after.calls - before.calls, after.cache_hits - before.cache_hits,
-                               after.prompt_tokens - before.prompt_tokens, after.completion_tokens - before.completion_tokens))
+        stats.llm.add(
+            LLMUsage(
+                after.calls - before.calls,
+                after.cache_hits - before.cache_hits,
+                after.prompt_tokens - before.prompt_tokens,
+                after.completion_tokens - before.completion_tokens,
+            )
+        )
     return out

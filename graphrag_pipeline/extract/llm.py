@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.extract.parsing import parse_extraction, parse_yes_no
 from graphrag_pipeline.extract.records import Extraction
 from graphrag_pipeline.ingest.tokens import encoding
+from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.llm.protocol import ChatClient
 
 
@@ -85,14 +85,20 @@ def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: Extrac
             first = answer
             break
     if first is None:
-        return ChunkOutcome(Extraction(), failed=True, raw=raw,
-                            error=f"answer could not be parsed after {settings.max_parse_retries + 1} attempts")
+        return ChunkOutcome(
+            Extraction(),
+            failed=True,
+            raw=raw,
+            error=f"answer could not be parsed after {settings.max_parse_retries + 1} attempts",
+        )
 
     answers = [first]
     history.append({"role": "assistant", "content": first})
     rounds = 0
     for round_no in range(settings.gleanings):
-        history.append({"role": "user", "content": _format(prompts.LIGHT_CONTINUE if light else prompts.GENERAL_CONTINUE)})
+        history.append(
+            {"role": "user", "content": _format(prompts.LIGHT_CONTINUE if light else prompts.GENERAL_CONTINUE)}
+        )
         more = client.chat(history).text
         rounds += 1
         answers.append(more)

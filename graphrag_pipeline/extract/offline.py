@@ -216,9 +216,7 @@ KEYWORD_TYPE_WORDS = ORG_WORDS | GEO_WORDS | EVENT_WORDS
 _NAME_PARTS = CONNECTORS | PARTICLES
 
 # Words kept in a quoted Title Case phrase ("On the Origin of Species").
-TITLE_SMALL_WORDS = _words(
-    "a an the and or of in on to for at by with from de la le du des der die das und y el vs"
-)
+TITLE_SMALL_WORDS = _words("a an the and or of in on to for at by with from de la le du des der die das und y el vs")
 
 # jieba: POS flags kept as entities, and simple Chinese suffix heuristics for the generic `nz`.
 HAN_TYPES = (("nr", "PERSON"), ("ns", "GEO"), ("nt", "ORGANIZATION"))
@@ -256,9 +254,7 @@ _SPACES = re.compile(r"\s+")
 _CJK_PUNCT = "\u3001-\u303f\uff00-\uffef"
 _WRAP = f"[^\\S{_LINE_BREAKS}]*(?:\r\n|[{_LINE_BREAKS}])\\s*"
 _CJK_WRAP = re.compile(
-    f"(?<=[{_HAN_RANGES}{_CJK_PUNCT}]){_WRAP}(?=[{_HAN_RANGES}])"
-    f"|(?<=[{_CJK_PUNCT}]){_WRAP}"
-    f"|{_WRAP}(?=[{_CJK_PUNCT}])"
+    f"(?<=[{_HAN_RANGES}{_CJK_PUNCT}]){_WRAP}(?=[{_HAN_RANGES}])|(?<=[{_CJK_PUNCT}]){_WRAP}|{_WRAP}(?=[{_CJK_PUNCT}])"
 )
 # A line that starts a list item ("- ...", "* ...", "• ...", "12. ...", "3) ...").
 _BULLET = re.compile("(?:[-*\u2022\u2023\u25e6\u25aa\u00b7]|\\d{1,3}[.)])\\s")
@@ -267,7 +263,7 @@ _HAN_CHAPTER = re.compile("第[\\d〇零一二三四五六七八九十百千两]
 _OPENERS = "\"'\u201c\u2018\u00ab([_"  # skipped before the first letter of a line
 _CONTINUATION = ",;-\u2010\u2013\u2014(/&"  # a line ending in these goes on
 _BOOK_TITLE = re.compile("\u300a([^\u300a\u300b]{1,50})\u300b")  # 《...》
-_QUOTED = re.compile("[\"\u201c\u00ab]([^\"\u201c\u201d\u00ab\u00bb]{3,100})[\"\u201d\u00bb]")
+_QUOTED = re.compile('["\u201c\u00ab]([^"\u201c\u201d\u00ab\u00bb]{3,100})["\u201d\u00bb]')
 _TITLE_WORD = re.compile(r"[\w'\u2019-]+:?")
 _NAME_WORD = re.compile(r"\w+")
 # Person cues right after a name; "weak" ones do not count after a preposition.
@@ -520,10 +516,7 @@ def _find_mentions(doc: _Doc) -> list[_Mention]:
         mentions, covered = _titles(text, i, start, end)
         doc.titles[i] = covered
         parts = [
-            part
-            for run in _latin_runs(text, start, end, covered, corroborated)
-            for part in _split_run(run)
-            if part
+            part for run in _latin_runs(text, start, end, covered, corroborated) for part in _split_run(run) if part
         ]
         if _HAN.search(text, start, end):
             mentions += _han_mentions(doc, i, covered)
@@ -665,7 +658,7 @@ def _split_run(run: list[_Tok]) -> list[list[_Tok]]:
 
 
 def _and_joins(left: list[_Tok], right: list[_Tok]) -> bool:
-    """"Government Code and Cypher School": "and" joins two multi-word halves of one name."""
+    """ "Government Code and Cypher School": "and" joins two multi-word halves of one name."""
     return (
         sum(t.cap for t in left) >= 2
         and not _ends_with_type_word(left)
@@ -938,9 +931,7 @@ def _surnames_to_type(first: dict[str, _Mention], etype: dict[str, str]) -> list
     """The one-word ENTITYs that are the last word of a multi-word PERSON of the chunk: PERSONs too
     ("Darwin" after "Charles Darwin")."""
     surnames = {
-        entity_key(m.name.rsplit(None, 1)[-1])
-        for key, m in first.items()
-        if etype[key] == "PERSON" and " " in m.name
+        entity_key(m.name.rsplit(None, 1)[-1]) for key, m in first.items() if etype[key] == "PERSON" and " " in m.name
     }
     return [key for key, m in first.items() if key in surnames and etype[key] == "ENTITY" and " " not in m.name]
 
@@ -1006,9 +997,7 @@ def _keywords(doc: _Doc, pair: _Pair, mentions: list[_Mention], first: dict[str,
             spans[m.key] = (m.start, m.end)
     left_end = spans.get(pair.source, (0, 0))[1]
     right_start = spans.get(pair.target, (left_end, left_end))[0]
-    name_words = {
-        w.casefold() for k in (pair.source, pair.target) for w in _NAME_WORD.findall(first[k].name)
-    }
+    name_words = {w.casefold() for k in (pair.source, pair.target) for w in _NAME_WORD.findall(first[k].name)}
     names = (first[pair.source].key, first[pair.target].key)
 
     lo = bisect.bisect_left(positions, left_end)

@@ -43,9 +43,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from graphrag_pipeline.llm.json_answers import load_json
 from graphrag_pipeline.extract.records import Entity, Extraction, Relation, clean_name, clean_type, entity_key
-
+from graphrag_pipeline.llm.json_answers import load_json
 
 __all__ = ["ParseResult", "parse_extraction", "parse_yes_no", "parse_numbered_answers"]
 
@@ -194,8 +193,12 @@ class _Collected:
             rel = relations.get(pair)
             if rel is None:
                 relations[pair] = Relation(
-                    source=self.entities[s][0], target=self.entities[t][0], description=description,
-                    keywords=list(keywords), weight=weight, source_id=chunk_id,
+                    source=self.entities[s][0],
+                    target=self.entities[t][0],
+                    description=description,
+                    keywords=list(keywords),
+                    weight=weight,
+                    source_id=chunk_id,
                 )
                 continue
             if description and description not in rel.description.split("\n"):
@@ -203,15 +206,22 @@ class _Collected:
             rel.keywords.extend(k for k in keywords if k not in rel.keywords)
             rel.weight = max(rel.weight, weight)
         return Extraction(
-            entities=entities, relations=list(relations.values()),
-            content_keywords=list(self.keywords), dropped_relations=dropped,
+            entities=entities,
+            relations=list(relations.values()),
+            content_keywords=list(self.keywords),
+            dropped_relations=dropped,
         )
 
 
 def _record_start_pattern(tuple_delimiter: str) -> re.Pattern:
     return re.compile(
-        r"(?P<paren>[(\uff08][ \t]*)?(?P<q1>" + _Q + r")?[ \t]*(?P<kind>[A-Za-z_][A-Za-z_ ]{0,40}?)[ \t]*(?P<q2>" + _Q
-        + r")?\s*" + re.escape(tuple_delimiter) + r"[ \t]*",
+        r"(?P<paren>[(\uff08][ \t]*)?(?P<q1>"
+        + _Q
+        + r")?[ \t]*(?P<kind>[A-Za-z_][A-Za-z_ ]{0,40}?)[ \t]*(?P<q2>"
+        + _Q
+        + r")?\s*"
+        + re.escape(tuple_delimiter)
+        + r"[ \t]*",
         re.IGNORECASE,
     )
 
@@ -230,7 +240,9 @@ def _at_record_boundary(text: str, start: int, record_delimiter: str) -> bool:
 
 _MENTION = re.compile(
     r"(?:[(\uff08]\s*" + _Q + r"?\s*(?:entity|relationship|relation|content_keywords|high_level_keywords)\b"
-    r"|^[ \t>*`\-+\u2022]*(?:\d{1,3}[.)][ \t]*)?" + _Q + r"?(?:entity|relationship|relation|content_keywords|high_level_keywords)"
+    r"|^[ \t>*`\-+\u2022]*(?:\d{1,3}[.)][ \t]*)?"
+    + _Q
+    + r"?(?:entity|relationship|relation|content_keywords|high_level_keywords)"
     r"\s*" + _Q + r"?\s*(?=[|<,\t]))()",
     re.IGNORECASE | re.MULTILINE,
 )
@@ -283,8 +295,9 @@ class _Fields(list):
         return _unquote(self.body[spans[0][0] : spans[-1][1]])
 
 
-def _parse_tuples(text: str, tuple_delimiter: str, record_delimiter: str, answer_complete: bool,
-                  default_weight: float) -> _Collected:
+def _parse_tuples(
+    text: str, tuple_delimiter: str, record_delimiter: str, answer_complete: bool, default_weight: float
+) -> _Collected:
     col = _Collected()
     pattern = _record_start_pattern(tuple_delimiter)
     starts = []
@@ -463,11 +476,14 @@ def parse_extraction(
         if parsed is not None and (parsed[0].records or parsed[1]):
             col, json_empty = parsed
             explicit_empty = explicit_empty or json_empty
-    return ParseResult(extraction=col.build(chunk_id), records=col.records, malformed=col.malformed,
-                       explicit_empty=explicit_empty)
+    return ParseResult(
+        extraction=col.build(chunk_id), records=col.records, malformed=col.malformed, explicit_empty=explicit_empty
+    )
 
 
-_YES_NO = re.compile(r"^(yes|y|no|n|true|false|\u662f\u7684|\u662f|\u5426|\u4e0d\u662f)(?=$|[\s.,!;:\u3002\uff0c\uff01])", re.IGNORECASE)
+_YES_NO = re.compile(
+    r"^(yes|y|no|n|true|false|\u662f\u7684|\u662f|\u5426|\u4e0d\u662f)(?=$|[\s.,!;:\u3002\uff0c\uff01])", re.IGNORECASE
+)
 
 
 def parse_yes_no(text: str) -> bool | None:
@@ -517,7 +533,7 @@ def parse_numbered_answers(text: str, n: int, record_delimiter: str = "##") -> l
     verdicts: dict[int, set[bool]] = {}
     text = "" if text is None else re.sub(r"<\|COMPLETE\|>", "\n", str(text), flags=re.IGNORECASE)
     pieces: list[str] = []
-    for line in (text.split(record_delimiter) if record_delimiter else [text]):
+    for line in text.split(record_delimiter) if record_delimiter else [text]:
         for sub in line.split("\n"):
             pieces.extend(p for p in _SPLIT_QUESTIONS.split(sub) if p.strip())
 
@@ -527,7 +543,7 @@ def parse_numbered_answers(text: str, n: int, record_delimiter: str = "##") -> l
         m = _QUESTION_START.match(piece)
         if m:
             current = int(m.group(1))
-            v = _verdict(piece[m.end():])
+            v = _verdict(piece[m.end() :])
             current_has_verdict = v is not None
         elif current is not None and not current_has_verdict:
             v = _verdict(piece)  # "Question 1:" on one line, "Yes" on the next

@@ -67,7 +67,7 @@ class Extraction:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Extraction":
+    def from_dict(cls, data: dict) -> Extraction:
         return cls(
             entities=[Entity(**e) for e in data.get("entities", [])],
             relations=[Relation(**r) for r in data.get("relations", [])],

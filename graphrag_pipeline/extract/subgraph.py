@@ -15,13 +15,25 @@ import polars as pl
 from graphrag_pipeline.extract.records import Extraction, clean_name, clean_type, entity_key
 
 ENTITY_ROWS = {
-    "doc_id": pl.Utf8, "position": pl.Int64, "source_id": pl.Utf8, "key": pl.Utf8,
-    "name": pl.Utf8, "type": pl.Utf8, "description": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "position": pl.Int64,
+    "source_id": pl.Utf8,
+    "key": pl.Utf8,
+    "name": pl.Utf8,
+    "type": pl.Utf8,
+    "description": pl.Utf8,
 }
 RELATION_ROWS = {
-    "doc_id": pl.Utf8, "position": pl.Int64, "source_id": pl.Utf8, "source_key": pl.Utf8,
-    "target_key": pl.Utf8, "source": pl.Utf8, "target": pl.Utf8, "description": pl.Utf8,
-    "keywords": pl.List(pl.Utf8), "weight": pl.Float64,
+    "doc_id": pl.Utf8,
+    "position": pl.Int64,
+    "source_id": pl.Utf8,
+    "source_key": pl.Utf8,
+    "target_key": pl.Utf8,
+    "source": pl.Utf8,
+    "target": pl.Utf8,
+    "description": pl.Utf8,
+    "keywords": pl.List(pl.Utf8),
+    "weight": pl.Float64,
 }
 
 
@@ -43,15 +55,29 @@ def build_doc_subgraph(doc_id: str, extractions: list[tuple[int, str, Extraction
             if not key:
                 continue
             names.setdefault(key, clean_name(e.name))
-            ents.append((doc_id, position, chunk_id, key, clean_name(e.name), clean_type(e.type), e.description.strip()))
+            ents.append(
+                (doc_id, position, chunk_id, key, clean_name(e.name), clean_type(e.type), e.description.strip())
+            )
         dropped += ext.dropped_relations
         for r in ext.relations:
             s, t = entity_key(r.source), entity_key(r.target)
             if s not in names or t not in names or s == t:
                 dropped += 1
                 continue
-            rels.append((doc_id, position, chunk_id, s, t, names[s], names[t], r.description.strip(),
-                         [k for k in r.keywords if k], float(r.weight)))
+            rels.append(
+                (
+                    doc_id,
+                    position,
+                    chunk_id,
+                    s,
+                    t,
+                    names[s],
+                    names[t],
+                    r.description.strip(),
+                    [k for k in r.keywords if k],
+                    float(r.weight),
+                )
+            )
     return DocSubgraph(
         pl.DataFrame(ents, schema=ENTITY_ROWS, orient="row"),
         pl.DataFrame(rels, schema=RELATION_ROWS, orient="row"),

@@ -126,8 +126,10 @@ class _Graph:
 
     def edge_frame(self) -> pl.DataFrame:
         keys = np.array(self.keys, dtype=object)
-        return pl.DataFrame({"a": keys[self.src].tolist(), "b": keys[self.dst].tolist(), "w": self.w, "c": self.c},
-                            schema=EDGE_STATE_SCHEMA)
+        return pl.DataFrame(
+            {"a": keys[self.src].tolist(), "b": keys[self.dst].tolist(), "w": self.w, "c": self.c},
+            schema=EDGE_STATE_SCHEMA,
+        )
 
 
 def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) -> _Graph:
@@ -188,8 +190,16 @@ def _graph_digest(g: _Graph, settings: dict) -> str:
 
 
 # -- clustering ---------------------------------------------------------------------------------
-def _fresh_hierarchy(edge_list: list[tuple[str, str, float]], index: dict[str, int], *, max_cluster_size: int,
-                     seed: int, level_offset: int = 0, parent: int | None = None, next_label: int = 0) -> tuple[list[_Cluster], int]:
+def _fresh_hierarchy(
+    edge_list: list[tuple[str, str, float]],
+    index: dict[str, int],
+    *,
+    max_cluster_size: int,
+    seed: int,
+    level_offset: int = 0,
+    parent: int | None = None,
+    next_label: int = 0,
+) -> tuple[list[_Cluster], int]:
     """graspologic's hierarchical Leiden on an edge list; labels renumbered from `next_label`."""
     clusters = gn.hierarchical_leiden(edge_list, max_cluster_size=max_cluster_size, seed=seed)
     members: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -204,8 +214,14 @@ def _fresh_hierarchy(edge_list: list[tuple[str, str, float]], index: dict[str, i
     out = []
     for (level, cluster), m in sorted(members.items()):
         p = parents[(level, cluster)]
-        out.append(_Cluster(labels[(level, cluster)], level + level_offset,
-                            labels[(level - 1, p)] if level > 0 and p is not None else parent, np.array(sorted(m), dtype=np.int64)))
+        out.append(
+            _Cluster(
+                labels[(level, cluster)],
+                level + level_offset,
+                labels[(level - 1, p)] if level > 0 and p is not None else parent,
+                np.array(sorted(m), dtype=np.int64),
+            )
+        )
     return out, next_label
 
 
@@ -259,9 +275,15 @@ def _changes(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState) -> 
         out[hit] = True
         return out
 
-    prev_edges = previous.edges if "c" in previous.edges.columns else previous.edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
+    prev_edges = (
+        previous.edges
+        if "c" in previous.edges.columns
+        else previous.edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
+    )
     both = g.edge_frame().join(prev_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old")
-    structural = both.filter(pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9))
+    structural = both.filter(
+        pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9)
+    )
     moved = mark(structural["a"].to_list() + structural["b"].to_list())
     was = set(prev_edges["a"].to_list()) | set(prev_edges["b"].to_list())
     moved |= g.mask & ~mark(list(was))
@@ -284,7 +306,9 @@ def _sub_edge_list(g: _Graph, members: np.ndarray) -> list[tuple[str, str, float
     return [(k[a], k[b], float(x)) for a, b, x in zip(g.src[keep].tolist(), g.dst[keep].tolist(), g.w[keep].tolist())]
 
 
-def _update_hierarchy(g: _Graph, prev: _Previous, affected: np.ndarray, *, max_cluster_size: int, seed: int) -> tuple[list[_Cluster], dict]:
+def _update_hierarchy(
+    g: _Graph, prev: _Previous, affected: np.ndarray, *, max_cluster_size: int, seed: int
+) -> tuple[list[_Cluster], dict]:
     index = {k: i for i, k in enumerate(g.keys)}
     stats = {"moved_nodes": 0, "frontier_nodes": 0, "subtrees_kept": 0, "subtrees_updated": 0, "subtrees_fresh": 0}
     next_label = prev.max_label
@@ -329,8 +353,15 @@ def _update_hierarchy(g: _Graph, prev: _Previous, affected: np.ndarray, *, max_c
                 sub_edges = _sub_edge_list(g, members)
                 if not sub_edges:
                     continue
-                fresh, next_label = _fresh_hierarchy(sub_edges, index, max_cluster_size=max_cluster_size, seed=seed,
-                                                     level_offset=level + 1, parent=lab, next_label=next_label)
+                fresh, next_label = _fresh_hierarchy(
+                    sub_edges,
+                    index,
+                    max_cluster_size=max_cluster_size,
+                    seed=seed,
+                    level_offset=level + 1,
+                    parent=lab,
+                    next_label=next_label,
+                )
                 if sum(1 for c in fresh if c.level == level + 1) > 1:
                     out.extend(fresh)
                 stats["subtrees_fresh"] += 1
@@ -348,8 +379,13 @@ def _update_hierarchy(g: _Graph, prev: _Previous, affected: np.ndarray, *, max_c
 
 
 def _structure_frame(clusters: list[_Cluster], keys: list[str]) -> pl.DataFrame:
-    return pl.DataFrame([{"label": c.label, "level": c.level, "parent": c.parent, "nodes": [keys[i] for i in c.members]}
-                         for c in clusters], schema=STRUCTURE_SCHEMA)
+    return pl.DataFrame(
+        [
+            {"label": c.label, "level": c.level, "parent": c.parent, "nodes": [keys[i] for i in c.members]}
+            for c in clusters
+        ],
+        schema=STRUCTURE_SCHEMA,
+    )
 
 
 def _clusters_from_structure(df: pl.DataFrame, index: dict[str, int]) -> list[_Cluster] | None:
@@ -357,7 +393,11 @@ def _clusters_from_structure(df: pl.DataFrame, index: dict[str, int]) -> list[_C
     for r in df.to_dicts():
         if any(k not in index for k in r["nodes"]):
             return None
-        out.append(_Cluster(r["label"], r["level"], r["parent"], np.array(sorted(index[k] for k in r["nodes"]), dtype=np.int64)))
+        out.append(
+            _Cluster(
+                r["label"], r["level"], r["parent"], np.array(sorted(index[k] for k in r["nodes"]), dtype=np.int64)
+            )
+        )
     return out
 
 
@@ -400,8 +440,11 @@ def _content(nodes: pl.DataFrame, edges: pl.DataFrame, keys: set[str], pairs: se
         node_item[key] = (_h64("n\x00" + key), _h64(text), len(text) // 4 + 1)
     edge_item = {}
     if "description" in edges.columns and pairs:
-        e = edges.select(pl.min_horizontal("source_key", "target_key").alias("a"),
-                         pl.max_horizontal("source_key", "target_key").alias("b"), "description")
+        e = edges.select(
+            pl.min_horizontal("source_key", "target_key").alias("a"),
+            pl.max_horizontal("source_key", "target_key").alias("b"),
+            "description",
+        )
         want = pl.DataFrame(sorted(pairs), schema={"a": pl.Utf8, "b": pl.Utf8}, orient="row")
         for a, b, desc in e.join(want, on=["a", "b"], how="semi").iter_rows():
             text = desc or ""
@@ -421,15 +464,18 @@ def _internal_edges(g: _Graph, clusters: list[_Cluster]) -> dict[int, list[tuple
             lab[c.members] = c.label
         same = (lab[g.src] >= 0) & (lab[g.src] == lab[g.dst])
         groups: dict[int, list] = defaultdict(list)
-        for c, a, b, w in zip(lab[g.src][same].tolist(), g.src[same].tolist(), g.dst[same].tolist(), g.w[same].tolist()):
+        for c, a, b, w in zip(
+            lab[g.src][same].tolist(), g.src[same].tolist(), g.dst[same].tolist(), g.w[same].tolist()
+        ):
             groups[c].append((a, b, w))
         for c in cs:
             out[c.label] = groups.get(c.label, [])
     return out
 
 
-def _describe(g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: pl.DataFrame,
-              clean: dict[int, str]) -> tuple[dict[int, dict], dict[int, list]]:
+def _describe(
+    g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: pl.DataFrame, clean: dict[int, str]
+) -> tuple[dict[int, dict], dict[int, list]]:
     """Per cluster label: member keys, fingerprint and (raw) weight; and the content items of the
     clusters not in `clean` (label -> fingerprint of an unchanged community, whose work is skipped)."""
     keys = g.keys
@@ -438,8 +484,12 @@ def _describe(g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: p
     internal = _internal_edges(g, dirty)
     member_keys = {c.label: [keys[i] for i in c.members] for c in clusters}
     edge_keys = {c.label: [(keys[a], keys[b], round(w, 6)) for a, b, w in internal[c.label]] for c in dirty}
-    content = _content(nodes, edges, {k for c in dirty for k in member_keys[c.label]},
-                       {(a, b) for c in dirty for a, b, _ in edge_keys[c.label]})
+    content = _content(
+        nodes,
+        edges,
+        {k for c in dirty for k in member_keys[c.label]},
+        {(a, b) for c in dirty for a, b, _ in edge_keys[c.label]},
+    )
     info, items = {}, {}
     for c in clusters:
         members = member_keys[c.label]
@@ -448,10 +498,14 @@ def _describe(g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: p
             info[c.label] = {"members": members, "fingerprint": clean[c.label], "weight": weight}
             continue
         e = edge_keys[c.label]
-        info[c.label] = {"members": members, "weight": weight,
-                         "fingerprint": _fingerprint(c.level, members, content.descriptions, e)}
-        items[c.label] = ([content.node_item[k] for k in members if k in content.node_item]
-                          + [content.edge_item[(a, b)] for a, b, _ in e if (a, b) in content.edge_item])
+        info[c.label] = {
+            "members": members,
+            "weight": weight,
+            "fingerprint": _fingerprint(c.level, members, content.descriptions, e),
+        }
+        items[c.label] = [content.node_item[k] for k in members if k in content.node_item] + [
+            content.edge_item[(a, b)] for a, b, _ in e if (a, b) in content.edge_item
+        ]
     return info, items
 
 
@@ -466,13 +520,21 @@ def _table(clusters: list[_Cluster], info: dict[int, dict], ids: dict[int, str])
     rows = []
     for c in clusters:
         w = info[c.label]["weight"]
-        rows.append({
-            "community_id": ids[c.label], "level": c.level, "cluster": c.label,
-            "parent_id": ids[c.parent] if c.parent is not None else None,
-            "nodes": info[c.label]["members"], "size": len(c.members),
-            "weight": (w / max_w[c.level]) if max_w[c.level] > 0 else 0.0, "fingerprint": info[c.label]["fingerprint"],
-        })
-    return pl.DataFrame(rows, schema=COMMUNITY_SCHEMA).sort(["level", "weight", "community_id"], descending=[False, True, False])
+        rows.append(
+            {
+                "community_id": ids[c.label],
+                "level": c.level,
+                "cluster": c.label,
+                "parent_id": ids[c.parent] if c.parent is not None else None,
+                "nodes": info[c.label]["members"],
+                "size": len(c.members),
+                "weight": (w / max_w[c.level]) if max_w[c.level] > 0 else 0.0,
+                "fingerprint": info[c.label]["fingerprint"],
+            }
+        )
+    return pl.DataFrame(rows, schema=COMMUNITY_SCHEMA).sort(
+        ["level", "weight", "community_id"], descending=[False, True, False]
+    )
 
 
 def changed_share(basis: list[tuple[int, int, int]], current: list[tuple[int, int, int]]) -> float:
@@ -488,8 +550,15 @@ def changed_share(basis: list[tuple[int, int, int]], current: list[tuple[int, in
     return changed / total
 
 
-def _assign_ids(clusters: list[_Cluster], info: dict, items: dict, previous: CommunityState | None,
-                refresh_share: float, retired: set[str], generation: int) -> tuple[dict[int, str], dict]:
+def _assign_ids(
+    clusters: list[_Cluster],
+    info: dict,
+    items: dict,
+    previous: CommunityState | None,
+    refresh_share: float,
+    retired: set[str],
+    generation: int,
+) -> tuple[dict[int, str], dict]:
     """An id for every cluster. A recent community with the same level and members whose basis is
     close enough to the current content lends its id; otherwise the id follows the current
     fingerprint. Retired ids (reports deleted or lost) are never handed out again."""
@@ -499,11 +568,17 @@ def _assign_ids(clusters: list[_Cluster], info: dict, items: dict, previous: Com
     current_ids: set[str] = set()
     if previous is not None and previous.history.height:
         current_ids = set(previous.table["community_id"].to_list())
-        for cid, level, mh, gen in previous.history.select("community_id", "level", "members_hash", "last_generation").iter_rows():
+        for cid, level, mh, gen in previous.history.select(
+            "community_id", "level", "members_hash", "last_generation"
+        ).iter_rows():
             if cid not in retired:
                 candidates[(level, mh)].append((gen, cid))
-        wanted = {cid for c in clusters if c.label in items
-                  for _, cid in candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])), [])}
+        wanted = {
+            cid
+            for c in clusters
+            if c.label in items
+            for _, cid in candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])), [])
+        }
         if wanted:
             for cid, item, cont, tok in previous.bases.filter(pl.col("community_id").is_in(list(wanted))).iter_rows():
                 bases[cid].append((item, cont, tok))
@@ -534,8 +609,15 @@ def _assign_ids(clusters: list[_Cluster], info: dict, items: dict, previous: Com
 def _empty_state(settings: dict, generation: int, previous: CommunityState | None) -> CommunityState:
     # every earlier id is retired: their reports go, and Dagster must not mistake a returning key for a written one
     retired = set(previous.retired | set(previous.history["community_id"].to_list())) if previous else set()
-    return CommunityState(pl.DataFrame(schema=COMMUNITY_SCHEMA), pl.DataFrame(schema=EDGE_STATE_SCHEMA),
-                          pl.DataFrame(schema=BASIS_SCHEMA), pl.DataFrame(schema=HISTORY_SCHEMA), generation, settings, retired)
+    return CommunityState(
+        pl.DataFrame(schema=COMMUNITY_SCHEMA),
+        pl.DataFrame(schema=EDGE_STATE_SCHEMA),
+        pl.DataFrame(schema=BASIS_SCHEMA),
+        pl.DataFrame(schema=HISTORY_SCHEMA),
+        generation,
+        settings,
+        retired,
+    )
 
 
 def update_communities(
@@ -562,16 +644,24 @@ def update_communities(
     settings = {"max_cluster_size": int(max_cluster_size), "seed": int(seed), "use_lcc": bool(use_lcc)}
     generation = (previous.generation + 1) if previous else 1
     if nodes.height == 0 or edges.height == 0:
-        message = "graph is empty: no communities" if nodes.height == 0 else \
-            f"graph has {nodes.height} nodes but no edges: no communities"
+        message = (
+            "graph is empty: no communities"
+            if nodes.height == 0
+            else f"graph has {nodes.height} nodes but no edges: no communities"
+        )
         state = _empty_state(settings, generation, previous)
-        return CommunityUpdate(state.table, message, state, {"communities": 0, "reclustered": True,
-                                                             "recluster_reason": "no edges"})
+        return CommunityUpdate(
+            state.table, message, state, {"communities": 0, "reclustered": True, "recluster_reason": "no edges"}
+        )
     g = _clustered_graph(nodes, edges, use_lcc)
     if len(g.src) == 0:
         state = _empty_state(settings, generation, previous)
-        return CommunityUpdate(state.table, f"graph has {nodes.height} nodes but no edges: no communities", state,
-                               {"communities": 0, "reclustered": True, "recluster_reason": "no edges"})
+        return CommunityUpdate(
+            state.table,
+            f"graph has {nodes.height} nodes but no edges: no communities",
+            state,
+            {"communities": 0, "reclustered": True, "recluster_reason": "no edges"},
+        )
     index = {k: i for i, k in enumerate(g.keys)}
     node_hashes = _node_hashes(nodes)
     edge_list = g.edge_list()
@@ -602,8 +692,10 @@ def update_communities(
         metrics.update(stats, source="frontier update", affected_nodes=int(affected.sum()))
         kept_quality = _top_modularity(g, clusters)
         if kept_quality < quality_floor * fresh_quality:
-            reason = (f"modularity of the kept partition {kept_quality:.4f} < {quality_floor} x fresh Leiden's "
-                      f"{fresh_quality:.4f}")
+            reason = (
+                f"modularity of the kept partition {kept_quality:.4f} < {quality_floor} x fresh Leiden's "
+                f"{fresh_quality:.4f}"
+            )
             metrics["modularity_before_recluster"] = round(kept_quality, 6)
             clusters, prev = None, None
     if clusters is None:
@@ -617,8 +709,12 @@ def update_communities(
     clean = {}
     if prev is not None:
         for c in clusters:
-            if (prev.level.get(c.label) == c.level and not touched[c.members].any() and prev.ids[c.label] not in retired
-                    and prev.member_keys[c.label] == frozenset(g.keys[i] for i in c.members)):
+            if (
+                prev.level.get(c.label) == c.level
+                and not touched[c.members].any()
+                and prev.ids[c.label] not in retired
+                and prev.member_keys[c.label] == frozenset(g.keys[i] for i in c.members)
+            ):
                 clean[c.label] = prev.fingerprints[c.label]
     info, items = _describe(g, clusters, nodes, edges, clean)
     ids_clean = {label: prev.ids[label] for label in clean} if prev is not None else {}
@@ -629,17 +725,19 @@ def update_communities(
     prev_ids = set(previous.table["community_id"].to_list()) if previous else set()
     now_ids = df["community_id"].to_list()
     new_ids = [c for c in now_ids if c not in prev_ids]
-    metrics.update({
-        "communities": df.height,
-        "communities_changed": len(new_ids),
-        "communities_removed": len(prev_ids - set(now_ids)),
-        "communities_kept": df.height - len(new_ids),
-        "modularity_kept": round(kept_quality, 6),
-        "modularity_fresh": round(fresh_quality, 6),
-        "reclustered": reason is not None,
-        "recluster_reason": reason or "",
-        **id_stats,
-    })
+    metrics.update(
+        {
+            "communities": df.height,
+            "communities_changed": len(new_ids),
+            "communities_removed": len(prev_ids - set(now_ids)),
+            "communities_kept": df.height - len(new_ids),
+            "modularity_kept": round(kept_quality, 6),
+            "modularity_fresh": round(fresh_quality, 6),
+            "reclustered": reason is not None,
+            "recluster_reason": reason or "",
+            **id_stats,
+        }
+    )
     state = _next_state(previous, df, clusters, info, items, g, settings, generation, retired, node_hashes)
     per_level = df.group_by("level").len().sort("level")
     levels = ", ".join(f"level {lvl}: {n}" for lvl, n in per_level.iter_rows())
@@ -656,8 +754,18 @@ def _top_modularity(g: _Graph, clusters: list[_Cluster]) -> float:
     return modularity(g.csr, g.mask, labels)
 
 
-def _next_state(previous: CommunityState | None, df: pl.DataFrame, clusters: list[_Cluster], info: dict, items: dict,
-                g: _Graph, settings: dict, generation: int, retired: set[str], node_hashes: pl.DataFrame) -> CommunityState:
+def _next_state(
+    previous: CommunityState | None,
+    df: pl.DataFrame,
+    clusters: list[_Cluster],
+    info: dict,
+    items: dict,
+    g: _Graph,
+    settings: dict,
+    generation: int,
+    retired: set[str],
+    node_hashes: pl.DataFrame,
+) -> CommunityState:
     id_of = dict(zip(df["cluster"].to_list(), df["community_id"].to_list()))
     old_bases = previous.bases if previous else pl.DataFrame(schema=BASIS_SCHEMA)
     known = set(old_bases["community_id"].unique().to_list())
@@ -673,12 +781,18 @@ def _next_state(previous: CommunityState | None, df: pl.DataFrame, clusters: lis
     retired = set(retired)
     if previous is not None and previous.history.height:
         older = previous.history.filter(~pl.col("community_id").is_in(history["community_id"].implode()))
-        keep = (pl.col("last_generation") > generation - HISTORY_GENERATIONS) & ~pl.col("community_id").is_in(list(retired))
+        keep = (pl.col("last_generation") > generation - HISTORY_GENERATIONS) & ~pl.col("community_id").is_in(
+            list(retired)
+        )
         retired |= set(older.filter(~keep)["community_id"].to_list())  # their reports will be deleted
         history = pl.concat([history, older.filter(keep)])
     live = history["community_id"].implode()
-    bases = pl.concat([old_bases.filter(pl.col("community_id").is_in(live)),
-                       pl.DataFrame(fresh_rows, schema=BASIS_SCHEMA, orient="row")])
+    bases = pl.concat(
+        [
+            old_bases.filter(pl.col("community_id").is_in(live)),
+            pl.DataFrame(fresh_rows, schema=BASIS_SCHEMA, orient="row"),
+        ]
+    )
     return CommunityState(df, g.edge_frame(), bases, history, generation, settings, retired, node_hashes)
 
 

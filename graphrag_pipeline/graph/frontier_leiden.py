@@ -53,7 +53,7 @@ class CSRGraph:
         return len(self.indptr) - 1
 
     @classmethod
-    def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> "CSRGraph":
+    def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> CSRGraph:
         """Each edge given once (no self-loops); stored in both directions."""
         a = np.concatenate([src, dst]).astype(np.int64)
         b = np.concatenate([dst, src]).astype(np.int64)
@@ -169,7 +169,7 @@ def _local_moving(graph, mask, labels, k, two_m, sigma, members, order, result, 
         w = _neighbour_weights(graph, mask, labels, i)
         sigma_a = sigma[a] - ki
 
-        def gain(c: int, weights: dict[int, float]) -> float:
+        def gain(c: int, weights: dict[int, float], ki=ki, a=a, sigma_a=sigma_a) -> float:
             return weights.get(c, 0.0) - ki * (sigma_a if c == a else sigma[c]) / two_m
 
         best, best_gain = a, gain(a, w)

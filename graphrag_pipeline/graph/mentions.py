@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
-from graphrag_pipeline.graph.merge import _merge_edges, _merge_nodes, dropped_relations, merge_affected
-from graphrag_pipeline.storage.files import ParquetBundle
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
+from graphrag_pipeline.graph.merge import _merge_edges, _merge_nodes, dropped_relations, merge_affected
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.storage.files import ParquetBundle
 
 SHARDS = 32
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
@@ -73,7 +73,9 @@ def _sources(store, keys: list[str], signatures: dict[str, str]) -> pl.DataFrame
     return pl.DataFrame(rows, schema=SOURCES_SCHEMA, orient="row")
 
 
-def _full(store, bundle: ParquetBundle, manifest: dict | None, keys: list[str], signatures: dict[str, str]) -> MergedGraph:
+def _full(
+    store, bundle: ParquetBundle, manifest: dict | None, keys: list[str], signatures: dict[str, str]
+) -> MergedGraph:
     entities, relations = store.read_subgraphs(keys)
     nodes = _merge_nodes(entities) if entities.height else pl.DataFrame(schema=NODE_SCHEMA)
     edges, dropped = _merge_edges(relations, nodes) if relations.height else (pl.DataFrame(schema=EDGE_SCHEMA), 0)
@@ -114,16 +116,25 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
     rels = _scan(bundle, manifest, shards, "relations", touching).select(list(RELATION_ROWS))
     # rows touching an affected key are the only ones whose fate (kept or dropped) can change
     old_rels = _scan(bundle, manifest, {}, "relations", touching)
-    dropped = (int(manifest["merge_dropped"]) - dropped_relations(old_rels, bundle.read(manifest, "nodes").select("key"))
-               if old_rels.height else int(manifest["merge_dropped"]))
+    dropped = (
+        int(manifest["merge_dropped"]) - dropped_relations(old_rels, bundle.read(manifest, "nodes").select("key"))
+        if old_rels.height
+        else int(manifest["merge_dropped"])
+    )
     nodes, edges = merge_affected(nodes, edges, ents, rels, affected)
     dropped += dropped_relations(rels, nodes.select("key"))
-    new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort("doc_id")
-    bundle.write({**shards, "sources": new_sources, "nodes": nodes, "edges": edges}, previous=manifest, merge_dropped=dropped)
+    new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
+        "doc_id"
+    )
+    bundle.write(
+        {**shards, "sources": new_sources, "nodes": nodes, "edges": edges}, previous=manifest, merge_dropped=dropped
+    )
     return _result(nodes, edges, dropped, new_sources, len(changed), len(removed), len(affected), False)
 
 
-def _scan(bundle: ParquetBundle, manifest: dict, shards: dict[str, pl.DataFrame], kind: str, where: pl.Expr) -> pl.DataFrame:
+def _scan(
+    bundle: ParquetBundle, manifest: dict, shards: dict[str, pl.DataFrame], kind: str, where: pl.Expr
+) -> pl.DataFrame:
     """Rows of every `kind` shard matching `where`: rewritten shards from memory, the others from disk."""
     names = sorted(n for n in manifest["tables"] if n.startswith(kind + "-"))
     frames = [shards[n].filter(where) for n in names if n in shards]
@@ -160,18 +171,28 @@ def all_chunks(store, keys: list[str]) -> pl.DataFrame:
         for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
             name = f"chunks-{i:02d}"
             old = bundle.read(manifest, name)
-            add = [fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)] if fresh is not None else []
+            add = (
+                [fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)]
+                if fresh is not None
+                else []
+            )
             shards[name] = pl.concat([old.filter(~pl.col("doc_id").is_in(gone)), *add])
         if shards:
             bundle.write({**shards, "sources": _chunk_sources(keys, signatures)}, previous=manifest)
-        frames = [shards[n] if n in shards else bundle.read(manifest, n) for n in sorted(manifest["tables"])
-                  if n.startswith("chunks-")]
+        frames = [
+            shards[n] if n in shards else bundle.read(manifest, n)
+            for n in sorted(manifest["tables"])
+            if n.startswith("chunks-")
+        ]
         rows = pl.concat(frames, how="vertical_relaxed")
     except (OSError, KeyError, pl.exceptions.PolarsError):
         rows = _with_shard(store.scan_all_chunks(keys))
         tables = {f"chunks-{i:02d}": rows.filter(pl.col("_shard") == i).drop("_shard") for i in range(SHARDS)}
-        bundle.write({**tables, "sources": _chunk_sources(keys, signatures)}, previous=manifest,
-                     drop=set((manifest or {}).get("tables", {})))
+        bundle.write(
+            {**tables, "sources": _chunk_sources(keys, signatures)},
+            previous=manifest,
+            drop=set((manifest or {}).get("tables", {})),
+        )
         rows = rows.drop("_shard")
     order = pl.DataFrame({"doc_id": keys, "_order": range(len(keys))}, schema={"doc_id": pl.Utf8, "_order": pl.Int64})
     return rows.join(order, on="doc_id", how="inner").sort("_order", "position").drop("_order")

@@ -12,8 +12,15 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA, empty_edges, empty_nodes, with_metrics
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
+from graphrag_pipeline.graph.tables import (
+    DESCRIPTION_SEP,
+    EDGE_SCHEMA,
+    NODE_SCHEMA,
+    empty_edges,
+    empty_nodes,
+    with_metrics,
+)
 
 
 @dataclass
@@ -54,10 +61,15 @@ def _merge_nodes(entities: pl.DataFrame) -> pl.DataFrame:
         pl.col("doc_id").unique().sort().alias("doc_ids"),
     )
     return (
-        ids.join(names, on="key").join(types, on="key").join(described, on="key", how="left")
+        ids.join(names, on="key")
+        .join(types, on="key")
+        .join(described, on="key", how="left")
         .with_columns(pl.col("descriptions").fill_null(pl.lit([], pl.List(pl.Utf8))))
-        .with_columns(pl.col("descriptions").list.join(DESCRIPTION_SEP).alias("description"),
-                      pl.lit(0, pl.Int64).alias("degree"), pl.lit(0.0).alias("pagerank"))
+        .with_columns(
+            pl.col("descriptions").list.join(DESCRIPTION_SEP).alias("description"),
+            pl.lit(0, pl.Int64).alias("degree"),
+            pl.lit(0.0).alias("pagerank"),
+        )
         .select(list(NODE_SCHEMA))
         .cast(NODE_SCHEMA)
         .sort("key")
@@ -72,7 +84,9 @@ def _merge_edges(relations: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataF
         pl.min_horizontal("source_key", "target_key").alias("a"),
         pl.max_horizontal("source_key", "target_key").alias("b"),
     ).filter(pl.col("a") != pl.col("b"))
-    kept = rel.join(node_keys, left_on="a", right_on="key", how="semi").join(node_keys, left_on="b", right_on="key", how="semi")
+    kept = rel.join(node_keys, left_on="a", right_on="key", how="semi").join(
+        node_keys, left_on="b", right_on="key", how="semi"
+    )
     dropped = relations.height - kept.height
     if kept.height == 0:
         return empty_edges(), dropped
@@ -81,7 +95,10 @@ def _merge_edges(relations: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataF
         kept.group_by("a", "b", maintain_order=True)
         .agg(
             pl.col("description").filter(pl.col("description") != "").unique(maintain_order=True).alias("descriptions"),
-            pl.col("keywords").list.explode(keep_nulls=False, empty_as_null=False).unique(maintain_order=True).alias("keywords"),
+            pl.col("keywords")
+            .list.explode(keep_nulls=False, empty_as_null=False)
+            .unique(maintain_order=True)
+            .alias("keywords"),
             pl.col("weight").sum().alias("weight"),
             pl.col("source_id").unique().sort().alias("source_ids"),
             pl.col("doc_id").unique().sort().alias("doc_ids"),
@@ -106,8 +123,13 @@ def merge_subgraphs(entities: pl.DataFrame, relations: pl.DataFrame) -> MergeRes
     return MergeResult(with_metrics(nodes, edges), edges, dropped)
 
 
-def merge_affected(previous_nodes: pl.DataFrame, previous_edges: pl.DataFrame, entities: pl.DataFrame,
-                   relations: pl.DataFrame, affected: set[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def merge_affected(
+    previous_nodes: pl.DataFrame,
+    previous_edges: pl.DataFrame,
+    entities: pl.DataFrame,
+    relations: pl.DataFrame,
+    affected: set[str],
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The merged graph after a change that touched only the entity keys `affected`.
 
     `entities` and `relations` are ALL the mention rows (of every document) of the affected keys:
@@ -115,12 +137,17 @@ def merge_affected(previous_nodes: pl.DataFrame, previous_edges: pl.DataFrame, e
     taken from the previous merge unchanged; the result equals a full merge (degree and pagerank
     are not computed here)."""
     keys = pl.Series("key", sorted(affected), dtype=pl.Utf8).implode()
-    nodes = pl.concat([previous_nodes.filter(~pl.col("key").is_in(keys)).select(list(NODE_SCHEMA)).cast(NODE_SCHEMA),
-                       _merge_nodes(entities) if entities.height else empty_nodes()]).sort("key")
+    nodes = pl.concat(
+        [
+            previous_nodes.filter(~pl.col("key").is_in(keys)).select(list(NODE_SCHEMA)).cast(NODE_SCHEMA),
+            _merge_nodes(entities) if entities.height else empty_nodes(),
+        ]
+    ).sort("key")
     touched = pl.col("source_key").is_in(keys) | pl.col("target_key").is_in(keys)
     fresh, _ = _merge_edges(relations, nodes) if relations.height else (empty_edges(), 0)
-    edges = pl.concat([previous_edges.filter(~touched).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA),
-                       fresh.filter(touched)]).sort("source_key", "target_key")
+    edges = pl.concat(
+        [previous_edges.filter(~touched).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), fresh.filter(touched)]
+    ).sort("source_key", "target_key")
     return nodes, edges
 
 
@@ -129,6 +156,11 @@ def dropped_relations(relations: pl.LazyFrame | pl.DataFrame, node_keys: pl.Data
     rel = relations.lazy().select("source_key", "target_key").filter(pl.col("source_key") != pl.col("target_key"))
     total = relations.lazy().select(pl.len()).collect().item()
     keys = node_keys.lazy().select("key")
-    kept = (rel.join(keys, left_on="source_key", right_on="key", how="semi")
-            .join(keys, left_on="target_key", right_on="key", how="semi").select(pl.len()).collect().item())
+    kept = (
+        rel.join(keys, left_on="source_key", right_on="key", how="semi")
+        .join(keys, left_on="target_key", right_on="key", how="semi")
+        .select(pl.len())
+        .collect()
+        .item()
+    )
     return int(total - kept)

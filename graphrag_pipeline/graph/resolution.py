@@ -102,9 +102,7 @@ def is_similar(a: str, b: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _type_groups(
-    nodes: pl.DataFrame, changed_keys: set[str]
-) -> Iterator[tuple[list[str], list[str], list[int]]]:
+def _type_groups(nodes: pl.DataFrame, changed_keys: set[str]) -> Iterator[tuple[list[str], list[str], list[int]]]:
     """Per entity type that has changed nodes: (keys, case-folded names, changed positions)."""
     if nodes.height == 0 or not changed_keys:
         return
@@ -236,11 +234,7 @@ def candidate_pairs(nodes: pl.DataFrame, changed_keys: set[str]) -> list[tuple[s
 def normalize_for_offline_match(name: str) -> str:
     """Case-folded name without a leading article (the/a/an), punctuation or whitespace."""
     folded = _LEADING_ARTICLE.sub("", name.casefold().strip())
-    return "".join(
-        ch
-        for ch in folded
-        if not ch.isspace() and unicodedata.category(ch)[0] not in ("P", "Z")
-    )
+    return "".join(ch for ch in folded if not ch.isspace() and unicodedata.category(ch)[0] not in ("P", "Z"))
 
 
 def offline_same(a: str, b: str) -> bool:
@@ -412,9 +406,7 @@ def _repoint_edges(edges: pl.DataFrame, mapping: dict[str, str], names: dict[str
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in edges.filter(pl.col("_n") > 1).sort("_moved", "_i").to_dicts():
         grouped[(row["source_key"], row["target_key"])].append(row)
-    combined = [
-        {**_merge_edge_rows(rows), "_i": min(r["_i"] for r in rows)} for rows in grouped.values()
-    ]
+    combined = [{**_merge_edge_rows(rows), "_i": min(r["_i"] for r in rows)} for rows in grouped.values()]
     columns = ["_i", *EDGE_SCHEMA]
     single = edges.filter(pl.col("_n") == 1).select(columns).with_columns(pl.col("_i").cast(pl.Int64))
     combined_df = pl.DataFrame(combined, schema={"_i": pl.Int64, **EDGE_SCHEMA}).select(columns)
@@ -461,9 +453,7 @@ class ResolutionResult:
     merged_pairs: list[tuple[str, str]] = field(default_factory=list)  # pairs the judge accepted
 
 
-def judge_pairs(
-    nodes: pl.DataFrame, pairs: list[tuple[str, str]], judge: Judge | None = None
-) -> list[tuple[str, str]]:
+def judge_pairs(nodes: pl.DataFrame, pairs: list[tuple[str, str]], judge: Judge | None = None) -> list[tuple[str, str]]:
     """The candidate key pairs the judge accepts (sorted).
 
     ``judge`` is called once per entity type with the pairs' display names and must return one
@@ -491,9 +481,7 @@ def judge_pairs(
     for etype, typed_pairs in by_type.items():
         verdicts = list(judge(etype, [(info[a][0], info[b][0]) for a, b in typed_pairs]))
         if len(verdicts) != len(typed_pairs):
-            raise ValueError(
-                f"judge returned {len(verdicts)} verdicts for {len(typed_pairs)} pairs of type {etype!r}"
-            )
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(typed_pairs)} pairs of type {etype!r}")
         accepted.extend(pair for pair, same in zip(typed_pairs, verdicts) if same)
     return sorted(accepted)
 
@@ -578,16 +566,18 @@ class LLMJudge:
         self._lock = threading.Lock()
 
     def _ask(self, batch: list[tuple[str, str, str]]) -> list[bool]:
-        from graphrag_pipeline.llm import prompts
         from graphrag_pipeline.extract.parsing import parse_numbered_answers
+        from graphrag_pipeline.llm import prompts
 
         types = {t.lower() for t, _, _ in batch}
         kind = next(iter(types)) if len(types) == 1 else "entity"
         questions = "\n".join(
-            prompts.RESOLUTION_QUESTION.format(index=i, entity_type=t.lower(), a=a, b=b) for i, (t, a, b) in enumerate(batch, 1)
+            prompts.RESOLUTION_QUESTION.format(index=i, entity_type=t.lower(), a=a, b=b)
+            for i, (t, a, b) in enumerate(batch, 1)
         )
-        text = prompts.ENTITY_RESOLUTION.format(entity_type=kind, example_type="product", questions=questions,
-                                                record_delimiter=prompts.RECORD_DELIMITER)
+        text = prompts.ENTITY_RESOLUTION.format(
+            entity_type=kind, example_type="product", questions=questions, record_delimiter=prompts.RECORD_DELIMITER
+        )
         answer = self.client.chat([{"role": "user", "content": text}]).text
         verdicts = parse_numbered_answers(answer, len(batch), prompts.RECORD_DELIMITER)
         with self._lock:
@@ -600,7 +590,9 @@ class LLMJudge:
         from concurrent.futures import ThreadPoolExecutor
 
         ordered = sorted(range(len(pairs)), key=lambda i: (pairs[i][0], i))  # keep a type's pairs together
-        batches = [[pairs[i] for i in ordered[j : j + self.batch_size]] for j in range(0, len(ordered), self.batch_size)]
+        batches = [
+            [pairs[i] for i in ordered[j : j + self.batch_size]] for j in range(0, len(ordered), self.batch_size)
+        ]
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
             answers = [v for part in pool.map(self._ask, batches) for v in part]
         out = [False] * len(pairs)

@@ -49,8 +49,16 @@ def empty_edges() -> pl.DataFrame:
     return pl.DataFrame(schema=EDGE_SCHEMA)
 
 
-def pagerank(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, *, alpha: float = 0.85,
-             max_iter: int = 100, tol: float = 1.0e-6) -> np.ndarray:
+def pagerank(
+    n: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    weight: np.ndarray,
+    *,
+    alpha: float = 0.85,
+    max_iter: int = 100,
+    tol: float = 1.0e-6,
+) -> np.ndarray:
     """Weighted PageRank of an undirected graph over nodes 0..n-1, edges given once.
 
     The same iteration as networkx's `pagerank` (each node spreads its rank over its edges in

@@ -8,12 +8,12 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from graphrag_pipeline.storage.layout import Paths
-from graphrag_pipeline.settings import default_home
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import NHOP_ORDER_SQL
 from graphrag_pipeline.llm.protocol import EmbeddingClient
+from graphrag_pipeline.settings import default_home
+from graphrag_pipeline.storage.layout import Paths
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -30,8 +30,10 @@ def index_embedder(meta: dict, dim: int, client: EmbeddingClient | None = None) 
     if model.startswith("hashing"):
         return HashingEmbedder(dim)
     if client is None or f"endpoint:{client.embedding_model}" != model:
-        raise ValueError(f"the index was embedded with {model!r}: set OPENAI_API_KEY/OPENAI_BASE_URL and "
-                         f"GRAPHRAG_EMBEDDING_MODEL={model.split(':', 1)[-1]} to query it")
+        raise ValueError(
+            f"the index was embedded with {model!r}: set OPENAI_API_KEY/OPENAI_BASE_URL and "
+            f"GRAPHRAG_EMBEDDING_MODEL={model.split(':', 1)[-1]} to query it"
+        )
     return EndpointEmbedder(client)
 
 
@@ -45,20 +47,23 @@ class DuckDBIndex:
         self.path = Path(path)
         if not self.path.exists():
             raise IndexNotFoundError(
-                f"no search index at {self.path}: run `graphrag-pipeline build` first (GRAPHRAG_HOME={self.path.parent.parent})"
+                f"no search index at {self.path}: run `graphrag-pipeline build` first "
+                f"(GRAPHRAG_HOME={self.path.parent.parent})"
             )
         # read_only: no lock file, WAL or temp folder is written, so a read-only home is enough
         try:
             self.con = duckdb.connect(str(self.path), read_only=True)
         except (duckdb.Error, OSError) as exc:
-            raise IndexUnreadableError(f"the search index at {self.path} cannot be read ({exc}): run "
-                                       "`graphrag-pipeline build` to repair it") from None
+            raise IndexUnreadableError(
+                f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
+            ) from None
         try:
             self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
         except (duckdb.Error, ValueError) as exc:
             self.con.close()
-            raise IndexUnreadableError(f"the search index at {self.path} cannot be read ({exc}): run "
-                                       "`graphrag-pipeline build` to repair it") from None
+            raise IndexUnreadableError(
+                f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
+            ) from None
         self.dim = int(self.meta.get("embedding_dim", 0))
         self._memory: dict[str, tuple] = {}
         self._pool = None
@@ -86,7 +91,9 @@ class DuckDBIndex:
         self._position = {r["key"]: i for i, r in enumerate(ordered)}
         self._rel_by_pair = {(r["source_key"], r["target_key"]): r for r in self._memory["relations"][0]}
         self._nhop: dict[str, list[dict]] = {}
-        for key, path, weights in self.con.sql(f"SELECT entity_key, path, weights FROM nhop ORDER BY {NHOP_ORDER_SQL}").fetchall():
+        for key, path, weights in self.con.sql(
+            f"SELECT entity_key, path, weights FROM nhop ORDER BY {NHOP_ORDER_SQL}"
+        ).fetchall():
             self._nhop.setdefault(key, []).append({"entity_key": key, "path": path, "weights": weights})
         self._reports_of: dict[str, list[int]] = {}
         report_rows = self._memory["community_reports"][0]
@@ -110,7 +117,7 @@ class DuckDBIndex:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "DuckDBIndex":
+    def __enter__(self) -> DuckDBIndex:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -130,7 +137,8 @@ class DuckDBIndex:
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
         if "entities" in self._memory:
             return self._top("entities", vector, k, threshold, lambda r: (-r["sim"], r["key"]))
-        sql = f"""SELECT key, name, type, description, pagerank, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+        sql = f"""SELECT key, name, type, description, pagerank,
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM entities WHERE sim >= ? ORDER BY sim DESC, key LIMIT ?"""
         return self._rows(sql, [vector.tolist(), threshold, k])
 
@@ -138,7 +146,8 @@ class DuckDBIndex:
         if not types:
             return []
         return self._rows(
-            "SELECT key, name, type, description, pagerank FROM entities WHERE type IN (SELECT unnest(?)) ORDER BY pagerank DESC, key LIMIT ?",
+            "SELECT key, name, type, description, pagerank FROM entities WHERE type IN (SELECT unnest(?)) ORDER "
+            "BY pagerank DESC, key LIMIT ?",
             [types, k],
         )
 
@@ -169,7 +178,9 @@ class DuckDBIndex:
             return []
         if self._memory:
             return [dict(self._by_key[k]) for k in dict.fromkeys(keys) if k in self._by_key]
-        return self._rows("SELECT key, name, type, description, pagerank FROM entities WHERE key IN (SELECT unnest(?))", [keys])
+        return self._rows(
+            "SELECT key, name, type, description, pagerank FROM entities WHERE key IN (SELECT unnest(?))", [keys]
+        )
 
     def nhop(self, keys: list[str]) -> list[dict]:
         if not keys:
@@ -177,8 +188,11 @@ class DuckDBIndex:
         if self._memory:
             return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop.get(k, [])]
         # in the order the paths were computed (a delta publish appends re-computed entities at the end)
-        return self._rows(f"SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY {NHOP_ORDER_SQL}",
-                          [keys])
+        return self._rows(
+            f"SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY "
+            f"{NHOP_ORDER_SQL}",
+            [keys],
+        )
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
         if "relations" in self._memory:
@@ -220,7 +234,9 @@ class DuckDBIndex:
 
     def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         if "community_reports" in self._memory:
-            return self._top("community_reports", vector, k, -2.0, lambda r: (-r["sim"], -r["rating"], r["community_id"]))
+            return self._top(
+                "community_reports", vector, k, -2.0, lambda r: (-r["sim"], -r["rating"], r["community_id"])
+            )
         sql = f"""SELECT community_id, level, title, summary, rating, text,
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM community_reports ORDER BY sim DESC, rating DESC, community_id LIMIT ?"""
@@ -229,15 +245,20 @@ class DuckDBIndex:
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         if "chunks" in self._memory:
             return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))
-        # an identical chunk in two documents ties on (sim, chunk_id): document and position decide, not the storage order
-        sql = f"""SELECT chunk_id, doc, position, text, round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+        # an identical chunk in two documents ties on (sim, chunk_id): document and position decide,
+        # not the storage order
+        sql = f"""SELECT chunk_id, doc, position, text,
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM chunks ORDER BY sim DESC, chunk_id, doc, position LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
 
     def type_pool(self) -> dict[str, list[str]]:
         if getattr(self, "_pool", None) is not None:
             return self._pool
-        return {t: list(e) for t, e in self.con.execute('SELECT type, entities FROM ty2ents ORDER BY "count" DESC, type').fetchall()}
+        return {
+            t: list(e)
+            for t, e in self.con.execute('SELECT type, entities FROM ty2ents ORDER BY "count" DESC, type').fetchall()
+        }
 
     def counts(self) -> dict[str, int]:
         return dict(self.meta.get("counts", {}))

@@ -38,8 +38,26 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from graphrag_pipeline.index.records import COLUMNS, HASH, HASH_SCHEME, KEYS, NHOP_SCHEMA, TABLES, VECTOR_TABLES, IndexTables, add_vectors, build_index_rows, embed_texts, nhop_affected, nhop_paths, row_hashes, table_columns, with_hash, with_vectors
 from graphrag_pipeline.index.protocol import Embedder
+from graphrag_pipeline.index.records import (
+    COLUMNS,
+    HASH,
+    HASH_SCHEME,
+    KEYS,
+    NHOP_SCHEMA,
+    TABLES,
+    VECTOR_TABLES,
+    IndexTables,
+    add_vectors,
+    build_index_rows,
+    embed_texts,
+    nhop_affected,
+    nhop_paths,
+    row_hashes,
+    table_columns,
+    with_hash,
+    with_vectors,
+)
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import atomic_path
 
@@ -47,15 +65,25 @@ SCHEMA_VERSION = 2
 MAX_DELTA_FRACTION = 0.3
 CHANGES_SCHEMA = {"table_name": pl.Utf8, "key": pl.Utf8, "key2": pl.Utf8, "op": pl.Utf8}
 # meta entries that describe the publish itself rather than the content
-_VOLATILE_META = {"built_at", "index_id", "index_version", "previous_index_id", "previous_version", "build_mode",
-                  "build_reason", "rows_rewritten_since_full", "changed_keys", "counts"}
+_VOLATILE_META = {
+    "built_at",
+    "index_id",
+    "index_version",
+    "previous_index_id",
+    "previous_version",
+    "build_mode",
+    "build_reason",
+    "rows_rewritten_since_full",
+    "changed_keys",
+    "counts",
+}
 
 
 # -- completeness -------------------------------------------------------------------------------
 class IncompleteIndexError(RuntimeError):
     """What was about to be published (or what is published) lacks records; nothing was published."""
 
-    def __init__(self, completeness: "IndexCompleteness"):
+    def __init__(self, completeness: IndexCompleteness):
         self.completeness = completeness
         super().__init__(completeness.message())
 
@@ -64,11 +92,11 @@ class IncompleteIndexError(RuntimeError):
 class IndexCompleteness:
     """An index compared with the graph it must cover."""
 
-    rows: dict[str, int] = field(default_factory=dict)          # rows per table in the index
-    expected: dict[str, int] = field(default_factory=dict)      # graph entities, relations, reportable communities
+    rows: dict[str, int] = field(default_factory=dict)  # rows per table in the index
+    expected: dict[str, int] = field(default_factory=dict)  # graph entities, relations, reportable communities
     missing: dict[str, list[str]] = field(default_factory=dict)  # first few missing keys per table
     missing_count: dict[str, int] = field(default_factory=dict)
-    extra_count: dict[str, int] = field(default_factory=dict)   # rows for keys the graph no longer has
+    extra_count: dict[str, int] = field(default_factory=dict)  # rows for keys the graph no longer has
     duplicate_count: dict[str, int] = field(default_factory=dict)
     without_vector: dict[str, int] = field(default_factory=dict)
 
@@ -103,9 +131,12 @@ class IndexCompleteness:
 
     def to_metadata(self) -> dict:
         return {
-            "entities": self.rows.get("entities", 0), "graph_entities": self.expected.get("entities", 0),
-            "relations": self.rows.get("relations", 0), "graph_relations": self.expected.get("relations", 0),
-            "reports": self.rows.get("community_reports", 0), "reportable_communities": self.expected.get("community_reports", 0),
+            "entities": self.rows.get("entities", 0),
+            "graph_entities": self.expected.get("entities", 0),
+            "relations": self.rows.get("relations", 0),
+            "graph_relations": self.expected.get("relations", 0),
+            "reports": self.rows.get("community_reports", 0),
+            "reportable_communities": self.expected.get("community_reports", 0),
             "rows_without_vector": sum(self.without_vector.values()),
             "missing_reports": self.missing_count.get("community_reports", 0),
             "first_missing_reports": ", ".join(self.missing.get("community_reports", [])[: self.SHOWN]),
@@ -115,12 +146,16 @@ class IndexCompleteness:
 
 def missing_reports_completeness(missing: list[str], reportable: int) -> IndexCompleteness:
     """The verdict when report files are missing before anything is built."""
-    return IndexCompleteness(expected={"community_reports": reportable}, missing={"community_reports": list(missing)},
-                             missing_count={"community_reports": len(missing)})
+    return IndexCompleteness(
+        expected={"community_reports": reportable},
+        missing={"community_reports": list(missing)},
+        missing_count={"community_reports": len(missing)},
+    )
 
 
-def index_completeness(con: duckdb.DuckDBPyConnection, nodes: pl.DataFrame, edges: pl.DataFrame,
-                       communities: pl.DataFrame) -> IndexCompleteness:
+def index_completeness(
+    con: duckdb.DuckDBPyConnection, nodes: pl.DataFrame, edges: pl.DataFrame, communities: pl.DataFrame
+) -> IndexCompleteness:
     """Does the index open on `con` hold every entity and relation of the graph, one report for every
     community of 2+ members, no stale or duplicate keys, and a vector on every row? (The pre-publish
     verification of `publish_index` and the `search_index_is_complete` asset check.)"""
@@ -138,23 +173,33 @@ def index_completeness(con: duckdb.DuckDBPyConnection, nodes: pl.DataFrame, edge
         try:
             out.rows[table] = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
             out.expected[table] = want.height
-            missing = [r[0] for r in con.execute(
-                f"SELECT {label} FROM _want w WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {on}) ORDER BY 1").fetchall()]
+            missing = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT {label} FROM _want w WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {on}) ORDER BY 1"
+                ).fetchall()
+            ]
             out.missing[table] = missing[: IndexCompleteness.SHOWN]
             out.missing_count[table] = len(missing)
             out.extra_count[table] = con.execute(
-                f"SELECT count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM _want w WHERE {on})").fetchall()[0][0]
+                f"SELECT count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM _want w WHERE {on})"
+            ).fetchall()[0][0]
             cols = ", ".join(keys)
             out.duplicate_count[table] = con.execute(
-                f"SELECT count(*) - count(DISTINCT ({cols})) FROM {table}").fetchall()[0][0]
+                f"SELECT count(*) - count(DISTINCT ({cols})) FROM {table}"
+            ).fetchall()[0][0]
         finally:
             con.unregister("_want")
     for table in VECTOR_TABLES:
-        out.without_vector[table] = con.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NULL").fetchall()[0][0]
+        out.without_vector[table] = con.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NULL").fetchall()[0][
+            0
+        ]
     return out
 
 
-def check_index_file(path: Path, nodes: pl.DataFrame, edges: pl.DataFrame, communities: pl.DataFrame) -> IndexCompleteness:
+def check_index_file(
+    path: Path, nodes: pl.DataFrame, edges: pl.DataFrame, communities: pl.DataFrame
+) -> IndexCompleteness:
     con = duckdb.connect(str(path), read_only=True)
     try:
         return index_completeness(con, nodes, edges, communities)
@@ -224,8 +269,9 @@ def _table_counts(con) -> dict[str, int]:
     return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
 
 
-def write_duckdb_index(tables: IndexTables, target: Path, meta: dict, changes: pl.DataFrame | None = None,
-                       verify=None) -> int:
+def write_duckdb_index(
+    tables: IndexTables, target: Path, meta: dict, changes: pl.DataFrame | None = None, verify=None
+) -> int:
     """Write all tables to a new DuckDB file and publish it at `target`; returns its size in bytes.
 
     verify(con) runs on the finished file before it is renamed into place; if it raises, nothing
@@ -242,9 +288,16 @@ def write_duckdb_index(tables: IndexTables, target: Path, meta: dict, changes: p
                 con.unregister("_src")
             con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             con.execute("CREATE TABLE changes (table_name VARCHAR, key VARCHAR, key2 VARCHAR, op VARCHAR)")
-            full_meta = {"schema_version": SCHEMA_VERSION, "row_hash_scheme": HASH_SCHEME, "index_id": uuid.uuid4().hex,
-                         "index_version": 1, "previous_index_id": None, "previous_version": None,
-                         **meta, "counts": tables.counts()}
+            full_meta = {
+                "schema_version": SCHEMA_VERSION,
+                "row_hash_scheme": HASH_SCHEME,
+                "index_id": uuid.uuid4().hex,
+                "index_version": 1,
+                "previous_index_id": None,
+                "previous_version": None,
+                **meta,
+                "counts": tables.counts(),
+            }
             _write_meta(con, full_meta, changes)
             if verify is not None:
                 verify(con)
@@ -259,9 +312,9 @@ def write_duckdb_index(tables: IndexTables, target: Path, meta: dict, changes: p
 # -- the delta ----------------------------------------------------------------------------------
 @dataclass
 class TableDelta:
-    inserted: int = 0   # rows written (new keys, and new versions of re-worded rows)
-    updated: int = 0    # rows changed in place (same key and embedded text: the vector is kept)
-    deleted: int = 0    # rows removed (vanished keys, and old versions of re-worded rows)
+    inserted: int = 0  # rows written (new keys, and new versions of re-worded rows)
+    updated: int = 0  # rows changed in place (same key and embedded text: the vector is kept)
+    deleted: int = 0  # rows removed (vanished keys, and old versions of re-worded rows)
     unchanged: int = 0
 
     @property
@@ -272,16 +325,16 @@ class TableDelta:
 @dataclass
 class _TablePlan:
     table: str
-    changed: pl.DataFrame            # keys of changed groups + old_rows, new_rows (null = absent)
-    delete_keys: pl.DataFrame        # groups to delete (vanished, or replaced)
-    insert_rows: pl.DataFrame        # new rows to insert (without vectors for VECTOR_TABLES)
+    changed: pl.DataFrame  # keys of changed groups + old_rows, new_rows (null = absent)
+    delete_keys: pl.DataFrame  # groups to delete (vanished, or replaced)
+    insert_rows: pl.DataFrame  # new rows to insert (without vectors for VECTOR_TABLES)
     updates: dict[str, pl.DataFrame]  # column -> keys + new value, rows updated in place
     stats: TableDelta
 
 
 @dataclass
 class PublishResult:
-    mode: str                 # "delta", "full", or "unchanged" (nothing differed: the file was left as it was)
+    mode: str  # "delta", "full", or "unchanged" (nothing differed: the file was left as it was)
     reason: str
     tables: dict[str, TableDelta]
     seconds: float
@@ -297,11 +350,16 @@ class PublishResult:
             totals.deleted += d.deleted
             totals.unchanged += d.unchanged
         return {
-            "mode": self.mode, "mode_reason": self.reason, "publish_seconds": round(self.seconds, 3),
-            "rows_inserted": totals.inserted, "rows_updated": totals.updated, "rows_deleted": totals.deleted,
+            "mode": self.mode,
+            "mode_reason": self.reason,
+            "publish_seconds": round(self.seconds, 3),
+            "rows_inserted": totals.inserted,
+            "rows_updated": totals.updated,
+            "rows_deleted": totals.deleted,
             "rows_unchanged": totals.unchanged,
             "row_changes": {t: asdict(d) for t, d in self.tables.items()},
-            "index_version": self.meta.get("index_version"), "previous_version": self.meta.get("previous_version"),
+            "index_version": self.meta.get("index_version"),
+            "previous_version": self.meta.get("previous_version"),
             "changed_keys": 0 if self.mode == "unchanged" else self.meta.get("changed_keys") or 0,
             "phase_seconds": dict(self.phases),
         }
@@ -380,7 +438,9 @@ def _plan_table(con, table: str, new: pl.DataFrame, old_total: int, only: pl.Dat
     added = changed.filter(pl.col("old_rows").is_null())
     delete_keys = pl.concat([gone.select(keys), replaced.select(keys)])
     insert_keys = pl.concat([added.select(keys), replaced.select(keys)])
-    insert_rows = new.join(insert_keys, on=keys, how="semi", maintain_order="left") if insert_keys.height else new.clear()
+    insert_rows = (
+        new.join(insert_keys, on=keys, how="semi", maintain_order="left") if insert_keys.height else new.clear()
+    )
     n_deleted = int(gone["old_rows"].sum() or 0) + int(replaced["old_rows"].sum() or 0)
     stats = TableDelta(inserted=insert_rows.height, updated=changed_in_place, deleted=n_deleted)
     if table == "ty2ents" and changed.height:  # rewritten whole (see _apply)
@@ -395,11 +455,14 @@ def _changes_frame(plans: dict[str, _TablePlan]) -> pl.DataFrame:
         keys = _key_cols(table)
         if not plan.changed.height:
             continue
-        frames.append(plan.changed.select(
-            pl.lit(table).alias("table_name"), pl.col(keys[0]).alias("key"),
-            (pl.col(keys[1]) if len(keys) > 1 else pl.lit(None, pl.Utf8)).alias("key2"),
-            pl.when(pl.col("new_rows").is_null()).then(pl.lit("delete")).otherwise(pl.lit("upsert")).alias("op"),
-        ))
+        frames.append(
+            plan.changed.select(
+                pl.lit(table).alias("table_name"),
+                pl.col(keys[0]).alias("key"),
+                (pl.col(keys[1]) if len(keys) > 1 else pl.lit(None, pl.Utf8)).alias("key2"),
+                pl.when(pl.col("new_rows").is_null()).then(pl.lit("delete")).otherwise(pl.lit("upsert")).alias("op"),
+            )
+        )
     return pl.concat(frames) if frames else pl.DataFrame(schema=CHANGES_SCHEMA)
 
 
@@ -429,7 +492,9 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
         _insert_frame(con, table, inserts[table])
 
 
-def _compare(con, rows: IndexTables, edges: pl.DataFrame, old_counts: dict[str, int]) -> tuple[dict[str, _TablePlan], int]:
+def _compare(
+    con, rows: IndexTables, edges: pl.DataFrame, old_counts: dict[str, int]
+) -> tuple[dict[str, _TablePlan], int]:
     """What differs between the new rows and the published index on `con` (keys and hashes only)."""
     plans: dict[str, _TablePlan] = {}
     for table in ("entities", "relations", "community_reports", "chunks", "ty2ents"):
@@ -498,22 +563,31 @@ def publish_index(
         lap("write")
         return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases)
 
-    def full(reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None) -> PublishResult:
+    def full(
+        reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None
+    ) -> PublishResult:
         say(f"full rebuild: {reason}")
         tables = add_vectors(replace(rows, nhop=with_hash("nhop", nhop_paths(edges))), embedder, previous)
         lap("vectors")
         changes = _changes_frame(plans) if plans is not None else None
         publish_meta = {
-            **base_meta, "built_at": time.time(), "index_id": uuid.uuid4().hex,
+            **base_meta,
+            "built_at": time.time(),
+            "index_id": uuid.uuid4().hex,
             "index_version": int((prev_meta or {}).get("index_version") or 0) + 1,
             "previous_index_id": prev_meta.get("index_id") if plans is not None else None,
             "previous_version": prev_meta.get("index_version") if plans is not None else None,
-            "build_mode": "full", "build_reason": reason, "rows_rewritten_since_full": 0,
+            "build_mode": "full",
+            "build_reason": reason,
+            "rows_rewritten_since_full": 0,
             "changed_keys": changes.height if changes is not None else None,
         }
         size = write_duckdb_index(tables, target, publish_meta, changes, verify=verify)
-        stats = {t: p.stats for t, p in plans.items()} if plans is not None else {
-            t: TableDelta(inserted=tables.get(t).height) for t in TABLES}
+        stats = (
+            {t: p.stats for t, p in plans.items()}
+            if plans is not None
+            else {t: TableDelta(inserted=tables.get(t).height) for t in TABLES}
+        )
         return result("full", reason, stats, size, {**publish_meta, "counts": tables.counts()})
 
     # can the published index be patched?
@@ -536,8 +610,10 @@ def publish_index(
         moved = int(sum(share[t] * (p.stats.inserted + p.stats.deleted) for t, p in plans.items()))
         total = max(1, int(sum(share.get(t, 1.0) * n for t, n in old_counts.items())))
         since_full = int(prev.get("rows_rewritten_since_full") or 0)
-        say(f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
-            f"({n_affected} entities with possibly new n-hop paths)")
+        say(
+            f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
+            f"({n_affected} entities with possibly new n-hop paths)"
+        )
         reason = None
         if full_rebuild:
             reason = "full rebuild requested"
@@ -552,11 +628,18 @@ def publish_index(
             return full(reason, previous, plans, prev)
 
         content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
-        prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in ("schema_version", "row_hash_scheme")}
+        prev_content = {
+            k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in ("schema_version", "row_hash_scheme")
+        }
         if touched == 0 and content_meta == prev_content:
             verify(con)  # what stays published must be complete too
-            return result("unchanged", "nothing differs from the published index", {t: p.stats for t, p in plans.items()},
-                          stat.st_size, prev)
+            return result(
+                "unchanged",
+                "nothing differs from the published index",
+                {t: p.stats for t, p in plans.items()},
+                stat.st_size,
+                prev,
+            )
     finally:
         if con is not None:
             con.close()
@@ -565,14 +648,21 @@ def publish_index(
     inserts: dict[str, pl.DataFrame] = {}
     for table, plan in plans.items():
         rows_in = plan.insert_rows
-        inserts[table] = with_vectors(table, rows_in, embedder) if table in VECTOR_TABLES else rows_in.select(table_columns(table))
+        inserts[table] = (
+            with_vectors(table, rows_in, embedder) if table in VECTOR_TABLES else rows_in.select(table_columns(table))
+        )
     lap("vectors")
     changes = _changes_frame(plans)
     publish_meta = {
-        **base_meta, "built_at": time.time(), "index_id": uuid.uuid4().hex,
+        **base_meta,
+        "built_at": time.time(),
+        "index_id": uuid.uuid4().hex,
         "index_version": int(prev.get("index_version") or 0) + 1,
-        "previous_index_id": prev["index_id"], "previous_version": prev.get("index_version"),
-        "build_mode": "delta", "build_reason": "incremental", "rows_rewritten_since_full": since_full + moved,
+        "previous_index_id": prev["index_id"],
+        "previous_version": prev.get("index_version"),
+        "build_mode": "delta",
+        "build_reason": "incremental",
+        "rows_rewritten_since_full": since_full + moved,
         "changed_keys": changes.height,
     }
     with atomic_path(target, ".duckdb") as tmp:
@@ -586,8 +676,11 @@ def publish_index(
             con.execute("BEGIN TRANSACTION")
             _apply(con, plans, inserts)
             counts = _table_counts(con)
-            _write_meta(con, {"schema_version": SCHEMA_VERSION, "row_hash_scheme": HASH_SCHEME, **publish_meta,
-                              "counts": counts}, changes)
+            _write_meta(
+                con,
+                {"schema_version": SCHEMA_VERSION, "row_hash_scheme": HASH_SCHEME, **publish_meta, "counts": counts},
+                changes,
+            )
             con.execute("COMMIT")
             lap("apply")
             verify(con)
@@ -597,4 +690,6 @@ def publish_index(
             con.close()
             _drop_wal(tmp)
         size = tmp.stat().st_size
-    return result("delta", "incremental", {t: p.stats for t, p in plans.items()}, size, {**publish_meta, "counts": counts})
+    return result(
+        "delta", "incremental", {t: p.stats for t, p in plans.items()}, size, {**publish_meta, "counts": counts}
+    )

@@ -27,8 +27,12 @@ _K = [_U64(k) for k in (0x100000001B3, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0
 
 
 def _is_cjk_array(cps: np.ndarray) -> np.ndarray:
-    return (((cps >= 0x4E00) & (cps <= 0x9FFF)) | ((cps >= 0x3400) & (cps <= 0x4DBF))
-            | ((cps >= 0x3040) & (cps <= 0x30FF)) | ((cps >= 0xAC00) & (cps <= 0xD7AF)))
+    return (
+        ((cps >= 0x4E00) & (cps <= 0x9FFF))
+        | ((cps >= 0x3400) & (cps <= 0x4DBF))
+        | ((cps >= 0x3040) & (cps <= 0x30FF))
+        | ((cps >= 0xAC00) & (cps <= 0xD7AF))
+    )
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Read-only access to the search index in Elasticsearch (the SearchIndex protocol of index/protocol.py, as DuckDBIndex).
+"""Read-only access to the search index in Elasticsearch (the SearchIndex protocol of
+index/protocol.py, as DuckDBIndex).
 
 Entity and relation recall by kNN on `q_<dim>_vec` with `knowledge_graph_kwd` filters, type
 recall by term query, community reports by `entity_keys_kwd`, chunks by kNN (and BM25 through
@@ -12,8 +13,8 @@ import json
 
 import numpy as np
 
-from graphrag_pipeline.index.es_writer import KG, EsConfig, EsIndexError, vector_field
 from graphrag_pipeline.index.duckdb_reader import IndexNotFoundError, index_embedder
+from graphrag_pipeline.index.es_writer import KG, EsConfig, EsIndexError, vector_field
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.llm.protocol import EmbeddingClient
 
@@ -29,7 +30,10 @@ class EsIndex:
         except Exception as exc:  # noqa: BLE001
             raise cfg.error("opening the index", exc) from None
         if not exists:
-            raise IndexNotFoundError(f"no index behind alias {cfg.alias!r} at {cfg.url}: run `graphrag-pipeline build` with GRAPHRAG_ES_URL set")
+            raise IndexNotFoundError(
+                f"no index behind alias {cfg.alias!r} at {cfg.url}: run `graphrag-pipeline build` with "
+                f"GRAPHRAG_ES_URL set"
+            )
         meta_doc = self._get("meta")
         self.meta = json.loads(meta_doc["content_with_weight"]) if meta_doc else {}
         self.dim = int(self.meta.get("embedding_dim", 0))
@@ -39,7 +43,7 @@ class EsIndex:
     def close(self) -> None:
         self.es.close()
 
-    def __enter__(self) -> "EsIndex":
+    def __enter__(self) -> EsIndex:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -58,13 +62,21 @@ class EsIndex:
 
     def _knn(self, kind: str, vector: np.ndarray, k: int, fields: list[str]) -> list[tuple[float, dict]]:
         hits = self._search(
-            knn={"field": self.vf, "query_vector": [float(x) for x in vector], "k": k,
-                 "num_candidates": max(100, 4 * k), "filter": {"term": {KG: kind}}},
-            source=fields, size=k,
+            knn={
+                "field": self.vf,
+                "query_vector": [float(x) for x in vector],
+                "k": k,
+                "num_candidates": max(100, 4 * k),
+                "filter": {"term": {KG: kind}},
+            },
+            source=fields,
+            size=k,
         )
         return [(round(2.0 * h["_score"] - 1.0, SIM_DECIMALS), h["_source"]) for h in hits]
 
-    def _terms(self, kind: str, field: str, values: list[str], fields: list[str], size: int = 10000, sort=None) -> list[dict]:
+    def _terms(
+        self, kind: str, field: str, values: list[str], fields: list[str], size: int = 10000, sort=None
+    ) -> list[dict]:
         query = {"bool": {"filter": [{"term": {KG: kind}}, {"terms": {field: values}}]}}
         return [h["_source"] for h in self._search(query=query, source=fields, size=size, sort=sort)]
 
@@ -74,33 +86,77 @@ class EsIndex:
     # -- the SearchIndex protocol (index/protocol.py) ------------------------------------------------------------------
     @staticmethod
     def _entity(src: dict) -> dict:
-        return {"key": src["entity_key_kwd"], "name": src["entity_kwd"], "type": src["entity_type_kwd"],
-                "description": src.get("content_with_weight", ""), "pagerank": float(src.get("rank_flt", 0.0))}
+        return {
+            "key": src["entity_key_kwd"],
+            "name": src["entity_kwd"],
+            "type": src["entity_type_kwd"],
+            "description": src.get("content_with_weight", ""),
+            "pagerank": float(src.get("rank_flt", 0.0)),
+        }
 
     _ENT_FIELDS = ["entity_key_kwd", "entity_kwd", "entity_type_kwd", "content_with_weight", "rank_flt"]
-    _REL_FIELDS = ["from_key_kwd", "to_key_kwd", "from_entity_kwd", "to_entity_kwd", "content_with_weight", "weight_flt"]
-    _REP_FIELDS = ["community_id_kwd", "level_int", "docnm_kwd", "summary", "rating_flt", "content_with_weight", "entity_keys_kwd"]
+    _REL_FIELDS = [
+        "from_key_kwd",
+        "to_key_kwd",
+        "from_entity_kwd",
+        "to_entity_kwd",
+        "content_with_weight",
+        "weight_flt",
+    ]
+    _REP_FIELDS = [
+        "community_id_kwd",
+        "level_int",
+        "docnm_kwd",
+        "summary",
+        "rating_flt",
+        "content_with_weight",
+        "entity_keys_kwd",
+    ]
 
     @staticmethod
     def _relation(src: dict) -> dict:
-        return {"source_key": src["from_key_kwd"], "target_key": src["to_key_kwd"], "source": src["from_entity_kwd"],
-                "target": src["to_entity_kwd"], "description": src.get("content_with_weight", ""),
-                "weight": float(src.get("weight_flt", 0.0))}
+        return {
+            "source_key": src["from_key_kwd"],
+            "target_key": src["to_key_kwd"],
+            "source": src["from_entity_kwd"],
+            "target": src["to_entity_kwd"],
+            "description": src.get("content_with_weight", ""),
+            "weight": float(src.get("weight_flt", 0.0)),
+        }
 
     @staticmethod
     def _report(src: dict) -> dict:
-        return {"community_id": src["community_id_kwd"], "level": src["level_int"], "title": src["docnm_kwd"],
-                "summary": src.get("summary", ""), "rating": float(src.get("rating_flt", 0.0)), "text": src.get("content_with_weight", "")}
+        return {
+            "community_id": src["community_id_kwd"],
+            "level": src["level_int"],
+            "title": src["docnm_kwd"],
+            "summary": src.get("summary", ""),
+            "rating": float(src.get("rating_flt", 0.0)),
+            "text": src.get("content_with_weight", ""),
+        }
 
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
-        rows = [{**self._entity(src), "sim": sim} for sim, src in self._knn("entity", vector, k + 8, self._ENT_FIELDS) if sim >= threshold]
+        rows = [
+            {**self._entity(src), "sim": sim}
+            for sim, src in self._knn("entity", vector, k + 8, self._ENT_FIELDS)
+            if sim >= threshold
+        ]
         return sorted(rows, key=lambda r: (-r["sim"], r["key"]))[:k]
 
     def entities_by_types(self, types: list[str], k: int) -> list[dict]:
         if not types:
             return []
-        rows = [self._entity(s) for s in self._terms("entity", "entity_type_kwd", types, self._ENT_FIELDS, size=min(k, 10000),
-                                                     sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}])]
+        rows = [
+            self._entity(s)
+            for s in self._terms(
+                "entity",
+                "entity_type_kwd",
+                types,
+                self._ENT_FIELDS,
+                size=min(k, 10000),
+                sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}],
+            )
+        ]
         return rows
 
     def keys_of_types(self, types: list[str], candidates: list[str], k: int) -> set[str]:
@@ -110,21 +166,37 @@ class EsIndex:
         type_filter = [{"term": {KG: "entity"}}, {"terms": {"entity_type_kwd": types}}]
         total = self.es.count(index=self.cfg.alias, query={"bool": {"filter": type_filter}})["count"]
         if total <= k:  # every entity of these types is in the top k: only the candidates are needed
-            hits = self._search(query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
-                                source=["entity_key_kwd"], size=len(candidates))
+            hits = self._search(
+                query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
+                source=["entity_key_kwd"],
+                size=len(candidates),
+            )
             return {h["_source"]["entity_key_kwd"] for h in hits}
         # the k-th entity of these types in (PageRank desc, key) order bounds the top k; then only the
         # candidates need fetching (no 10,000-document download)
-        kth = self._search(query={"bool": {"filter": type_filter}}, source=["entity_key_kwd", "rank_flt"],
-                           sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}], from_=k - 1, size=1)
+        kth = self._search(
+            query={"bool": {"filter": type_filter}},
+            source=["entity_key_kwd", "rank_flt"],
+            sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}],
+            from_=k - 1,
+            size=1,
+        )
         bound = (-float(kth[0]["_source"]["rank_flt"]), kth[0]["_source"]["entity_key_kwd"])
-        hits = self._search(query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
-                            source=["entity_key_kwd", "rank_flt"], size=len(candidates))
-        return {h["_source"]["entity_key_kwd"] for h in hits
-                if (-float(h["_source"]["rank_flt"]), h["_source"]["entity_key_kwd"]) <= bound}
+        hits = self._search(
+            query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
+            source=["entity_key_kwd", "rank_flt"],
+            size=len(candidates),
+        )
+        return {
+            h["_source"]["entity_key_kwd"]
+            for h in hits
+            if (-float(h["_source"]["rank_flt"]), h["_source"]["entity_key_kwd"]) <= bound
+        }
 
     def entities_by_keys(self, keys: list[str]) -> list[dict]:
-        return [self._entity(s) for s in self._terms("entity", "entity_key_kwd", keys, self._ENT_FIELDS)] if keys else []
+        return (
+            [self._entity(s) for s in self._terms("entity", "entity_key_kwd", keys, self._ENT_FIELDS)] if keys else []
+        )
 
     def nhop(self, keys: list[str]) -> list[dict]:
         if not keys:
@@ -136,7 +208,11 @@ class EsIndex:
         return out
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
-        rows = [{**self._relation(src), "sim": sim} for sim, src in self._knn("relation", vector, k + 8, self._REL_FIELDS) if sim >= threshold]
+        rows = [
+            {**self._relation(src), "sim": sim}
+            for sim, src in self._knn("relation", vector, k + 8, self._REL_FIELDS)
+            if sim >= threshold
+        ]
         return sorted(rows, key=lambda r: (-r["sim"], r["source_key"], r["target_key"]))[:k]
 
     def relations_by_pairs(self, pairs: list[tuple[str, str]]) -> list[dict]:
@@ -160,21 +236,43 @@ class EsIndex:
         return sorted(rows, key=lambda r: (-r["hits"], -r["rating"], r["community_id"]))[:k]
 
     def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
-        rows = [{**self._report(src), "sim": sim} for sim, src in self._knn("community_report", vector, k + 8, self._REP_FIELDS)]
+        rows = [
+            {**self._report(src), "sim": sim}
+            for sim, src in self._knn("community_report", vector, k + 8, self._REP_FIELDS)
+        ]
         return sorted(rows, key=lambda r: (-r["sim"], -r["rating"], r["community_id"]))[:k]
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         hits = self._knn("chunk", vector, k + 8, ["chunk_id_kwd", "docnm_kwd", "position_int", "content"])
-        rows = [{"chunk_id": s["chunk_id_kwd"], "doc": s["docnm_kwd"], "position": s["position_int"], "text": s["content"], "sim": sim}
-                for sim, s in hits]
+        rows = [
+            {
+                "chunk_id": s["chunk_id_kwd"],
+                "doc": s["docnm_kwd"],
+                "position": s["position_int"],
+                "text": s["content"],
+                "sim": sim,
+            }
+            for sim, s in hits
+        ]
         return sorted(rows, key=lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))[:k]
 
     def chunks_by_text(self, question: str, k: int) -> list[dict]:
         """BM25 over chunk text."""
-        hits = self._search(query={"bool": {"filter": [{"term": {KG: "chunk"}}], "must": [{"match": {"content": question}}]}},
-                            source=["chunk_id_kwd", "docnm_kwd", "position_int", "content"], size=k)
-        return [{"chunk_id": h["_source"]["chunk_id_kwd"], "doc": h["_source"]["docnm_kwd"], "position": h["_source"]["position_int"],
-                 "text": h["_source"]["content"], "score": h["_score"]} for h in hits]
+        hits = self._search(
+            query={"bool": {"filter": [{"term": {KG: "chunk"}}], "must": [{"match": {"content": question}}]}},
+            source=["chunk_id_kwd", "docnm_kwd", "position_int", "content"],
+            size=k,
+        )
+        return [
+            {
+                "chunk_id": h["_source"]["chunk_id_kwd"],
+                "doc": h["_source"]["docnm_kwd"],
+                "position": h["_source"]["position_int"],
+                "text": h["_source"]["content"],
+                "score": h["_score"],
+            }
+            for h in hits
+        ]
 
     def type_pool(self) -> dict[str, list[str]]:
         doc = self._get("ty2ents")

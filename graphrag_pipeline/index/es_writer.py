@@ -20,8 +20,8 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import polars as pl
@@ -49,7 +49,7 @@ class EsConfig:
     request_timeout: float = 30.0
 
     @classmethod
-    def from_env(cls, home: str | os.PathLike | None = None) -> "EsConfig | None":
+    def from_env(cls, home: str | os.PathLike | None = None) -> EsConfig | None:
         """The configuration the GRAPHRAG_ES_* settings give, for the home `home` (default:
         GRAPHRAG_HOME's); None when GRAPHRAG_ES_URL is unset."""
         from graphrag_pipeline.settings import es_index_for, raw, setting
@@ -60,7 +60,9 @@ class EsConfig:
         parts = urlsplit(url)
         return cls(
             url=redact_url(url, keep_query=True),
-            alias=setting("GRAPHRAG_ES_INDEX") if raw("GRAPHRAG_ES_INDEX") else es_index_for(home or setting("GRAPHRAG_HOME")),
+            alias=setting("GRAPHRAG_ES_INDEX")
+            if raw("GRAPHRAG_ES_INDEX")
+            else es_index_for(home or setting("GRAPHRAG_HOME")),
             api_key=raw("GRAPHRAG_ES_API_KEY"),
             username=raw("GRAPHRAG_ES_USERNAME") or (parts.username or None),
             password=raw("GRAPHRAG_ES_PASSWORD") or (parts.password or None),
@@ -102,18 +104,44 @@ def mappings(dim: int) -> dict:
         "dynamic": False,
         "_meta": {"schema_version": SCHEMA_VERSION, "dim": dim},
         "properties": {
-            KG: kw, "content_hash_kwd": kw,
-            "entity_kwd": kw, "entity_key_kwd": kw, "entity_type_kwd": kw, "source_id": kw, "doc_ids_kwd": kw,
-            "community_ids_kwd": kw, "rank_flt": {"type": "float"}, "degree_int": {"type": "integer"},
-            "from_entity_kwd": kw, "to_entity_kwd": kw, "from_key_kwd": kw, "to_key_kwd": kw, "keywords_kwd": kw,
-            "weight_flt": {"type": "float"}, "weight_int": {"type": "integer"},
-            "community_id_kwd": kw, "level_int": {"type": "integer"}, "docnm_kwd": kw, "entities_kwd": kw,
-            "entity_keys_kwd": kw, "rating_flt": {"type": "float"}, "community_weight_flt": {"type": "float"},
-            "chunk_id_kwd": kw, "doc_id_kwd": kw, "position_int": {"type": "integer"},
-            "content_with_weight": {"type": "text"}, "content": {"type": "text"}, "title_tks": {"type": "text"},
+            KG: kw,
+            "content_hash_kwd": kw,
+            "entity_kwd": kw,
+            "entity_key_kwd": kw,
+            "entity_type_kwd": kw,
+            "source_id": kw,
+            "doc_ids_kwd": kw,
+            "community_ids_kwd": kw,
+            "rank_flt": {"type": "float"},
+            "degree_int": {"type": "integer"},
+            "from_entity_kwd": kw,
+            "to_entity_kwd": kw,
+            "from_key_kwd": kw,
+            "to_key_kwd": kw,
+            "keywords_kwd": kw,
+            "weight_flt": {"type": "float"},
+            "weight_int": {"type": "integer"},
+            "community_id_kwd": kw,
+            "level_int": {"type": "integer"},
+            "docnm_kwd": kw,
+            "entities_kwd": kw,
+            "entity_keys_kwd": kw,
+            "rating_flt": {"type": "float"},
+            "community_weight_flt": {"type": "float"},
+            "chunk_id_kwd": kw,
+            "doc_id_kwd": kw,
+            "position_int": {"type": "integer"},
+            "content_with_weight": {"type": "text"},
+            "content": {"type": "text"},
+            "title_tks": {"type": "text"},
             "n_hop_with_weight": {"type": "object", "enabled": False},
-            vector_field(dim): {"type": "dense_vector", "dims": dim, "index": True, "similarity": "cosine",
-                                "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100}},
+            vector_field(dim): {
+                "type": "dense_vector",
+                "dims": dim,
+                "index": True,
+                "similarity": "cosine",
+                "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
+            },
         },
     }
 
@@ -136,38 +164,69 @@ def build_documents(tables: dict[str, pl.DataFrame], meta: dict) -> dict[str, di
         nhop.setdefault(key, []).append({"path": list(path), "weights": list(weights)})
     for e in tables["entities"].iter_rows(named=True):
         docs[_hash_id("ent", e["key"])] = {
-            KG: "entity", "entity_kwd": e["name"], "entity_key_kwd": e["key"], "entity_type_kwd": e["type"],
-            "content_with_weight": e["description"], "rank_flt": float(e["pagerank"]), "degree_int": int(e["degree"]),
-            "source_id": list(e["source_ids"] or []), "doc_ids_kwd": list(e["doc_ids"] or []),
-            "community_ids_kwd": list(e["community_ids"] or []), "n_hop_with_weight": nhop.get(e["key"], []),
+            KG: "entity",
+            "entity_kwd": e["name"],
+            "entity_key_kwd": e["key"],
+            "entity_type_kwd": e["type"],
+            "content_with_weight": e["description"],
+            "rank_flt": float(e["pagerank"]),
+            "degree_int": int(e["degree"]),
+            "source_id": list(e["source_ids"] or []),
+            "doc_ids_kwd": list(e["doc_ids"] or []),
+            "community_ids_kwd": list(e["community_ids"] or []),
+            "n_hop_with_weight": nhop.get(e["key"], []),
             vf: _vec(e["embedding"]),
         }
     for r in tables["relations"].iter_rows(named=True):
         docs[_hash_id("rel", r["source_key"], r["target_key"])] = {
-            KG: "relation", "from_entity_kwd": r["source"], "to_entity_kwd": r["target"],
-            "from_key_kwd": r["source_key"], "to_key_kwd": r["target_key"], "content_with_weight": r["description"],
-            "keywords_kwd": list(r["keywords"] or []), "weight_flt": float(r["weight"]), "weight_int": int(round(r["weight"])),
-            "source_id": list(r["source_ids"] or []), vf: _vec(r["embedding"]),
+            KG: "relation",
+            "from_entity_kwd": r["source"],
+            "to_entity_kwd": r["target"],
+            "from_key_kwd": r["source_key"],
+            "to_key_kwd": r["target_key"],
+            "content_with_weight": r["description"],
+            "keywords_kwd": list(r["keywords"] or []),
+            "weight_flt": float(r["weight"]),
+            "weight_int": int(round(r["weight"])),
+            "source_id": list(r["source_ids"] or []),
+            vf: _vec(r["embedding"]),
         }
     for c in tables["community_reports"].iter_rows(named=True):
         docs[_hash_id("rep", c["community_id"])] = {
-            KG: "community_report", "community_id_kwd": c["community_id"], "level_int": int(c["level"]),
-            "docnm_kwd": c["title"], "title_tks": c["title"], "summary": c["summary"], "content_with_weight": c["text"],
-            "weight_flt": float(c["rating"]), "rating_flt": float(c["rating"]), "community_weight_flt": float(c["weight"]),
-            "rating_explanation": c["rating_explanation"], "findings_json": c["findings"],
-            "entities_kwd": list(c["entity_names"] or []), "entity_keys_kwd": list(c["entity_keys"] or []),
-            "extractive": bool(c["extractive"]), vf: _vec(c["embedding"]),
+            KG: "community_report",
+            "community_id_kwd": c["community_id"],
+            "level_int": int(c["level"]),
+            "docnm_kwd": c["title"],
+            "title_tks": c["title"],
+            "summary": c["summary"],
+            "content_with_weight": c["text"],
+            "weight_flt": float(c["rating"]),
+            "rating_flt": float(c["rating"]),
+            "community_weight_flt": float(c["weight"]),
+            "rating_explanation": c["rating_explanation"],
+            "findings_json": c["findings"],
+            "entities_kwd": list(c["entity_names"] or []),
+            "entity_keys_kwd": list(c["entity_keys"] or []),
+            "extractive": bool(c["extractive"]),
+            vf: _vec(c["embedding"]),
         }
     for ch in tables["chunks"].iter_rows(named=True):
         docs[_hash_id("chk", ch["doc_id"], ch["chunk_id"])] = {
-            KG: "chunk", "chunk_id_kwd": ch["chunk_id"], "doc_id_kwd": ch["doc_id"], "docnm_kwd": ch["doc"],
-            "position_int": int(ch["position"]), "content": ch["text"], vf: _vec(ch["embedding"]),
+            KG: "chunk",
+            "chunk_id_kwd": ch["chunk_id"],
+            "doc_id_kwd": ch["doc_id"],
+            "docnm_kwd": ch["doc"],
+            "position_int": int(ch["position"]),
+            "content": ch["text"],
+            vf: _vec(ch["embedding"]),
         }
     pool = {t: list(e) for t, e in tables["ty2ents"].select("type", "entities").iter_rows()}
     docs["ty2ents"] = {KG: "ty2ents", "content_with_weight": json.dumps(pool, ensure_ascii=False)}
     docs["meta"] = {KG: "meta", "content_with_weight": json.dumps(meta, ensure_ascii=False, sort_keys=True)}
     for doc in docs.values():
-        doc["content_hash_kwd"] = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
+        doc["content_hash_kwd"] = hashlib.sha256(
+            json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()
+        ).hexdigest()[:32]
     return docs
 
 
@@ -181,20 +240,38 @@ class EsWriteStats:
     seconds: float = 0.0
     previous_index: str | None = None
     reason: str = ""
-    path: str = ""  # delta (changed records only), sync (all records, by content hash), rebuild, current (nothing to do)
+    path: str = (
+        ""  # delta (changed records only), sync (all records, by content hash), rebuild, current (nothing to do)
+    )
     index_version: int | None = None  # the DuckDB index version Elasticsearch now holds
 
     def to_metadata(self) -> dict:
-        return {"es_index": self.index, "es_full_rebuild": self.full_rebuild, "es_written": self.written,
-                "es_deleted": self.deleted, "es_unchanged": self.unchanged, "es_reason": self.reason,
-                "es_path": self.path, "es_index_version": self.index_version}
+        return {
+            "es_index": self.index,
+            "es_full_rebuild": self.full_rebuild,
+            "es_written": self.written,
+            "es_deleted": self.deleted,
+            "es_unchanged": self.unchanged,
+            "es_reason": self.reason,
+            "es_path": self.path,
+            "es_index_version": self.index_version,
+        }
 
 
 def _bulk(es, actions: Iterable[dict]) -> int:
     from elasticsearch import helpers
 
-    ok, errors = helpers.bulk(es, actions, chunk_size=500, max_retries=3, initial_backoff=1, max_backoff=30,
-                              raise_on_error=False, raise_on_exception=True, stats_only=False)
+    ok, errors = helpers.bulk(
+        es,
+        actions,
+        chunk_size=500,
+        max_retries=3,
+        initial_backoff=1,
+        max_backoff=30,
+        raise_on_error=False,
+        raise_on_exception=True,
+        stats_only=False,
+    )
     errors = [e for e in errors if not ("delete" in e and e["delete"].get("status") == 404)]
     if errors:
         first = errors[0]
@@ -222,7 +299,10 @@ def publish(cfg: EsConfig, docs: dict[str, dict], dim: int, *, full_rebuild: boo
         if current and not full_rebuild:
             meta = es.indices.get_mapping(index=current)[current]["mappings"].get("_meta", {})
             if meta.get("schema_version") != SCHEMA_VERSION or int(meta.get("dim", -1)) != dim:
-                full_rebuild, reason = True, f"mapping changed (schema {meta.get('schema_version')}, dim {meta.get('dim')})"
+                full_rebuild, reason = (
+                    True,
+                    f"mapping changed (schema {meta.get('schema_version')}, dim {meta.get('dim')})",
+                )
         if not current:
             full_rebuild, reason = True, "no index yet"
         if full_rebuild:
@@ -239,9 +319,14 @@ def publish(cfg: EsConfig, docs: dict[str, dict], dim: int, *, full_rebuild: boo
 def _rebuild(es, cfg: EsConfig, docs: dict[str, dict], dim: int, current: str | None) -> EsWriteStats:
     new_index = f"{cfg.alias}-{time.strftime('%Y%m%d%H%M%S')}-{time.time_ns() % 1_000_000:06d}"
     try:
-        es.indices.create(index=new_index, mappings=mappings(dim),
-                          settings={"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "-1"})
-        written = _bulk(es, ({"_op_type": "index", "_index": new_index, "_id": i, "_source": d} for i, d in docs.items()))
+        es.indices.create(
+            index=new_index,
+            mappings=mappings(dim),
+            settings={"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "-1"},
+        )
+        written = _bulk(
+            es, ({"_op_type": "index", "_index": new_index, "_id": i, "_source": d} for i, d in docs.items())
+        )
         es.indices.put_settings(index=new_index, settings={"refresh_interval": "1s"})
         es.indices.refresh(index=new_index)
         count = es.count(index=new_index)["count"]
@@ -269,8 +354,12 @@ def _sync(es, cfg: EsConfig, docs: dict[str, dict], index: str) -> EsWriteStats:
     from elasticsearch import helpers
 
     try:
-        existing = {hit["_id"]: hit["_source"].get("content_hash_kwd")
-                    for hit in helpers.scan(es, index=index, query={"query": {"match_all": {}}}, _source=["content_hash_kwd"], size=1000)}
+        existing = {
+            hit["_id"]: hit["_source"].get("content_hash_kwd")
+            for hit in helpers.scan(
+                es, index=index, query={"query": {"match_all": {}}}, _source=["content_hash_kwd"], size=1000
+            )
+        }
         changed = {i: d for i, d in docs.items() if existing.get(i) != d["content_hash_kwd"]}
         gone = [i for i in existing if i not in docs]
         actions = [{"_op_type": "index", "_index": index, "_id": i, "_source": d} for i, d in changed.items()]
@@ -282,8 +371,9 @@ def _sync(es, cfg: EsConfig, docs: dict[str, dict], index: str) -> EsWriteStats:
         raise
     except Exception as exc:  # noqa: BLE001
         raise cfg.error("updating the index", exc) from None
-    return EsWriteStats(index=index, full_rebuild=False, written=len(changed), deleted=len(gone),
-                        unchanged=len(docs) - len(changed))
+    return EsWriteStats(
+        index=index, full_rebuild=False, written=len(changed), deleted=len(gone), unchanged=len(docs) - len(changed)
+    )
 
 
 _ORDER = {"nhop": NHOP_ORDER_SQL, "ty2ents": '"count" DESC, type'}
@@ -295,8 +385,10 @@ def read_duckdb_tables(path) -> tuple[dict[str, pl.DataFrame], dict]:
 
     con = duckdb.connect(str(path), read_only=True)
     try:
-        tables = {name: con.sql(f"SELECT * FROM {name}" + (f" ORDER BY {_ORDER[name]}" if name in _ORDER else "")).pl()
-                  for name in ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")}
+        tables = {
+            name: con.sql(f"SELECT * FROM {name}" + (f" ORDER BY {_ORDER[name]}" if name in _ORDER else "")).pl()
+            for name in ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")
+        }
         meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
     finally:
         con.close()
@@ -308,9 +400,9 @@ class DuckDBDelta:
     """The records of one DuckDB publish's `changes`, as Elasticsearch documents."""
 
     meta: dict
-    docs: dict[str, dict]   # id -> document to write (the meta record included)
+    docs: dict[str, dict]  # id -> document to write (the meta record included)
     delete_ids: list[str]
-    total: int              # documents the whole index makes
+    total: int  # documents the whole index makes
 
 
 def read_duckdb_delta(path) -> DuckDBDelta:
@@ -330,27 +422,53 @@ def read_duckdb_delta(path) -> DuckDBDelta:
             con.register("_k", sql_keys.to_arrow())
             try:
                 on = " AND ".join(f"t.{c} = _k.{c}" for c in cols)
-                return con.sql(f"SELECT t.* FROM {table} t WHERE EXISTS (SELECT 1 FROM _k WHERE {on})"
-                               + (f" ORDER BY {order}" if order else "")).pl()
+                return con.sql(
+                    f"SELECT t.* FROM {table} t WHERE EXISTS (SELECT 1 FROM _k WHERE {on})"
+                    + (f" ORDER BY {order}" if order else "")
+                ).pl()
             finally:
                 con.unregister("_k")
 
         # an entity's document carries its n-hop paths: new paths rewrite it too
-        ent_keys = pl.concat([keys("entities", "upsert").select("key"), changes.filter(pl.col("table_name") == "nhop").select("key")]).unique()
+        ent_keys = pl.concat(
+            [keys("entities", "upsert").select("key"), changes.filter(pl.col("table_name") == "nhop").select("key")]
+        ).unique()
         entities = rows("entities", ent_keys, ["key"])
         nhop = rows("nhop", entities.select(pl.col("key").alias("entity_key")), ["entity_key"], NHOP_ORDER_SQL)
-        relations = rows("relations", keys("relations", "upsert").select(pl.col("key").alias("source_key"), pl.col("key2").alias("target_key")),
-                         ["source_key", "target_key"])
-        reports = rows("community_reports", keys("community_reports", "upsert").select(pl.col("key").alias("community_id")), ["community_id"])
-        chunks = rows("chunks", keys("chunks", "upsert").select(pl.col("key").alias("doc_id"), pl.col("key2").alias("chunk_id")),
-                      ["doc_id", "chunk_id"])
+        relations = rows(
+            "relations",
+            keys("relations", "upsert").select(pl.col("key").alias("source_key"), pl.col("key2").alias("target_key")),
+            ["source_key", "target_key"],
+        )
+        reports = rows(
+            "community_reports",
+            keys("community_reports", "upsert").select(pl.col("key").alias("community_id")),
+            ["community_id"],
+        )
+        chunks = rows(
+            "chunks",
+            keys("chunks", "upsert").select(pl.col("key").alias("doc_id"), pl.col("key2").alias("chunk_id")),
+            ["doc_id", "chunk_id"],
+        )
         ty2ents = con.sql(f"SELECT * FROM ty2ents ORDER BY {_ORDER['ty2ents']}").pl()
-        n = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("entities", "relations", "community_reports")}
+        n = {
+            t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+            for t in ("entities", "relations", "community_reports")
+        }
         n_chunks = con.execute("SELECT count(*) FROM (SELECT DISTINCT doc_id, chunk_id FROM chunks)").fetchall()[0][0]
     finally:
         con.close()
-    docs = build_documents({"entities": entities, "relations": relations, "community_reports": reports, "chunks": chunks,
-                            "nhop": nhop, "ty2ents": ty2ents}, meta)
+    docs = build_documents(
+        {
+            "entities": entities,
+            "relations": relations,
+            "community_reports": reports,
+            "chunks": chunks,
+            "nhop": nhop,
+            "ty2ents": ty2ents,
+        },
+        meta,
+    )
     if not changes.filter(pl.col("table_name") == "ty2ents").height:
         docs.pop("ty2ents")
     delete_ids = (
@@ -406,8 +524,13 @@ def _apply_delta(es, cfg: EsConfig, index: str, delta: DuckDBDelta) -> EsWriteSt
     except Exception as exc:  # noqa: BLE001
         raise cfg.error("applying the index delta", exc) from None
     written = len(docs) + 1
-    return EsWriteStats(index=index, full_rebuild=False, written=written, deleted=len(delta.delete_ids),
-                        unchanged=max(0, delta.total - written))
+    return EsWriteStats(
+        index=index,
+        full_rebuild=False,
+        written=written,
+        deleted=len(delta.delete_ids),
+        unchanged=max(0, delta.total - written),
+    )
 
 
 def sync_index(cfg: EsConfig, duckdb_path, *, full_rebuild: bool = False) -> EsWriteStats:
@@ -431,20 +554,33 @@ def sync_index(cfg: EsConfig, duckdb_path, *, full_rebuild: bool = False) -> EsW
                 reason = problem
             elif held.get("index_id") and held.get("index_id") == meta.get("index_id"):
                 counts = meta.get("counts") or {}
-                records = sum(int(counts.get(t, 0)) for t in ("entities", "relations", "community_reports", "chunks")) + 2
-                return EsWriteStats(index=current, full_rebuild=False, unchanged=records,
-                                    seconds=time.perf_counter() - started, reason="already holds this index version",
-                                    path="current", index_version=version)
-            elif meta.get("previous_index_id") and held.get("index_id") == meta.get("previous_index_id") \
-                    and (delta := read_duckdb_delta(duckdb_path)).meta.get("index_id") == meta.get("index_id"):
+                records = (
+                    sum(int(counts.get(t, 0)) for t in ("entities", "relations", "community_reports", "chunks")) + 2
+                )
+                return EsWriteStats(
+                    index=current,
+                    full_rebuild=False,
+                    unchanged=records,
+                    seconds=time.perf_counter() - started,
+                    reason="already holds this index version",
+                    path="current",
+                    index_version=version,
+                )
+            elif (
+                meta.get("previous_index_id")
+                and held.get("index_id") == meta.get("previous_index_id")
+                and (delta := read_duckdb_delta(duckdb_path)).meta.get("index_id") == meta.get("index_id")
+            ):
                 stats = _apply_delta(es, cfg, current, delta)
                 stats.reason = f"delta from index version {held.get('index_version')} to {version}"
                 stats.path, stats.index_version = "delta", version
                 stats.seconds = time.perf_counter() - started
                 return stats
             else:
-                reason = (f"Elasticsearch holds index version {held.get('index_version')}, the latest delta starts "
-                          f"from version {meta.get('previous_version')}")
+                reason = (
+                    f"Elasticsearch holds index version {held.get('index_version')}, the latest delta starts "
+                    f"from version {meta.get('previous_version')}"
+                )
         finally:
             es.close()
     tables, meta = read_duckdb_tables(duckdb_path)

@@ -6,15 +6,16 @@ name; relation vectors embed "source->target: description"; report vectors embed
 
 Every row carries `row_hash`, a 64-bit hash of its content columns (everything but the vector).
 With the primary key of each table (KEYS) it lets a publish compare the new records with the
-published index by reading keys and hashes only, and write just the rows that differ (index/duckdb_writer.py). Records are built without vectors first
+published index by reading keys and hashes only, and write just the rows that differ
+(index/duckdb_writer.py). Records are built without vectors first
 (`build_index_rows`, cheap); vectors are added only to the rows that need them (`add_vectors`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
 
 import polars as pl
 
@@ -33,23 +34,48 @@ _SEED = 0x6772617068
 # the primary key of each table; a key may hold several rows (nhop: the paths of one entity; chunks: an
 # identical paragraph repeated in one document), which are then compared and replaced as one group
 KEYS = {
-    "entities": ("key",), "relations": ("source_key", "target_key"), "community_reports": ("community_id",),
-    "chunks": ("doc_id", "chunk_id"), "nhop": ("entity_key",), "ty2ents": ("type",),
+    "entities": ("key",),
+    "relations": ("source_key", "target_key"),
+    "community_reports": ("community_id",),
+    "chunks": ("doc_id", "chunk_id"),
+    "nhop": ("entity_key",),
+    "ty2ents": ("type",),
 }
 # content columns, in table order (then `embedding` for VECTOR_TABLES, then `row_hash`)
 COLUMNS = {
     "entities": ("key", "name", "type", "description", "pagerank", "degree", "source_ids", "doc_ids", "community_ids"),
     "relations": ("source_key", "target_key", "source", "target", "description", "keywords", "weight", "source_ids"),
-    "community_reports": ("community_id", "level", "title", "summary", "rating", "rating_explanation", "findings",
-                          "entity_keys", "entity_names", "weight", "extractive", "text"),
+    "community_reports": (
+        "community_id",
+        "level",
+        "title",
+        "summary",
+        "rating",
+        "rating_explanation",
+        "findings",
+        "entity_keys",
+        "entity_names",
+        "weight",
+        "extractive",
+        "text",
+    ),
     "chunks": ("chunk_id", "doc_id", "doc", "position", "text"),
     "nhop": ("entity_key", "path", "weights"),
     "ty2ents": ("type", "entities", "count"),
 }
 REPORT_SCHEMA = {
-    "community_id": pl.Utf8, "level": pl.Int64, "title": pl.Utf8, "summary": pl.Utf8, "rating": pl.Float64,
-    "rating_explanation": pl.Utf8, "findings": pl.Utf8, "entity_keys": pl.List(pl.Utf8),
-    "entity_names": pl.List(pl.Utf8), "weight": pl.Float64, "extractive": pl.Boolean, "text": pl.Utf8,
+    "community_id": pl.Utf8,
+    "level": pl.Int64,
+    "title": pl.Utf8,
+    "summary": pl.Utf8,
+    "rating": pl.Float64,
+    "rating_explanation": pl.Utf8,
+    "findings": pl.Utf8,
+    "entity_keys": pl.List(pl.Utf8),
+    "entity_names": pl.List(pl.Utf8),
+    "weight": pl.Float64,
+    "extractive": pl.Boolean,
+    "text": pl.Utf8,
 }
 NHOP_SCHEMA = {"entity_key": pl.Utf8, "path": pl.List(pl.Utf8), "weights": pl.List(pl.Float64)}
 
@@ -120,13 +146,16 @@ def _vectors(embedder: Embedder, texts: list[str], previous: pl.DataFrame | None
         fresh = todo["text"].to_list()
         arr = np.vstack([embedder.embed(fresh[i : i + batch]) for i in range(0, len(fresh), batch)]).astype("float32")
         filled = pl.Series("embedding", arr, dtype=dtype)
-        frame = frame.with_row_index("i").join(todo.select("i").with_columns(filled.alias("new")), on="i", how="left",
-                                               maintain_order="left")
+        frame = frame.with_row_index("i").join(
+            todo.select("i").with_columns(filled.alias("new")), on="i", how="left", maintain_order="left"
+        )
         frame = frame.with_columns(pl.coalesce("embedding", "new").alias("embedding"))
     return frame["embedding"].alias("embedding")
 
 
-def with_vectors(table: str, df: pl.DataFrame, embedder: Embedder, previous: pl.DataFrame | None = None) -> pl.DataFrame:
+def with_vectors(
+    table: str, df: pl.DataFrame, embedder: Embedder, previous: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Rows of `table` (with row_hash) with their vectors, in published column order."""
     return df.with_columns(_vectors(embedder, embed_texts(table, df), previous)).select(table_columns(table))
 
@@ -144,8 +173,12 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
     """
     if edges.height == 0:
         return pl.DataFrame(schema=NHOP_SCHEMA)
-    e = edges.select(pl.col("source_key").alias("a"), pl.col("target_key").alias("b"), pl.col("weight").cast(pl.Float64).alias("w"))
-    both = pl.concat([e, e.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "w")]).filter(pl.col("a") != pl.col("b"))
+    e = edges.select(
+        pl.col("source_key").alias("a"), pl.col("target_key").alias("b"), pl.col("weight").cast(pl.Float64).alias("w")
+    )
+    both = pl.concat([e, e.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "w")]).filter(
+        pl.col("a") != pl.col("b")
+    )
     order = dict(by=["a", "w", "b"], descending=[False, True, False])
     if only is None:
         ranked = both.sort(**order)
@@ -153,12 +186,22 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
         ranked_next = ranked
     else:
         wanted = pl.Series("a", list(only), dtype=pl.Utf8)
-        first = both.filter(pl.col("a").is_in(wanted.implode())).sort(**order).group_by("a", maintain_order=True).head(NHOP_MAX_NEIGHBOURS)
+        first = (
+            both.filter(pl.col("a").is_in(wanted.implode()))
+            .sort(**order)
+            .group_by("a", maintain_order=True)
+            .head(NHOP_MAX_NEIGHBOURS)
+        )
         ranked_next = both.filter(pl.col("a").is_in(first["b"].unique().implode())).sort(**order)
     second = (
         # the best NHOP_MAX_SECOND + 1 edges of each neighbour suffice: excluding the way back drops at most one
-        first.join(ranked_next.group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1).rename({"a": "b", "b": "c", "w": "w2"}),
-                   on="b", how="inner")
+        first.join(
+            ranked_next.group_by("a", maintain_order=True)
+            .head(NHOP_MAX_SECOND + 1)
+            .rename({"a": "b", "b": "c", "w": "w2"}),
+            on="b",
+            how="inner",
+        )
         .filter(pl.col("c") != pl.col("a"))
         .sort(["a", "w", "b", "w2", "c"], descending=[False, True, False, True, False])
         .group_by(["a", "b"], maintain_order=True)
@@ -168,16 +211,23 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
         pl.col("a").alias("entity_key"),
         pl.concat_list("a", "b", "c").alias("path"),
         pl.concat_list("w", "w2").alias("weights"),
-        "w", "b", "w2", "c",
+        "w",
+        "b",
+        "w2",
+        "c",
     )
     dead_ends = first.join(second.select("a", "b").unique(), on=["a", "b"], how="anti").select(
         pl.col("a").alias("entity_key"),
         pl.concat_list("a", "b").alias("path"),
         pl.concat_list("w").alias("weights"),
-        "w", "b", pl.lit(None, pl.Float64).alias("w2"), pl.lit(None, pl.Utf8).alias("c"),
+        "w",
+        "b",
+        pl.lit(None, pl.Float64).alias("w2"),
+        pl.lit(None, pl.Utf8).alias("c"),
     )
-    out = pl.concat([two, dead_ends]).sort(["entity_key", "w", "b", "w2", "c"], descending=[False, True, False, True, False],
-                                          nulls_last=True)
+    out = pl.concat([two, dead_ends]).sort(
+        ["entity_key", "w", "b", "w2", "c"], descending=[False, True, False, True, False], nulls_last=True
+    )
     return out.select("entity_key", "path", "weights").cast(NHOP_SCHEMA)
 
 
@@ -195,7 +245,9 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:
     cols = ["source_key", "target_key", "weight"]
     a = old_edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
     b = edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
-    changed = pl.concat([a.join(b, on=cols, how="anti", nulls_equal=True), b.join(a, on=cols, how="anti", nulls_equal=True)])
+    changed = pl.concat(
+        [a.join(b, on=cols, how="anti", nulls_equal=True), b.join(a, on=cols, how="anti", nulls_equal=True)]
+    )
     touched = set(changed["source_key"].to_list()) | set(changed["target_key"].to_list())
     if not touched:
         return set()
@@ -204,8 +256,9 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:
     return touched | set(near["source_key"].to_list()) | set(near["target_key"].to_list())
 
 
-def collect_reports(communities: pl.DataFrame, read_report: Callable[[str], CommunityReport | None]
-                    ) -> tuple[list[CommunityReport], list[str]]:
+def collect_reports(
+    communities: pl.DataFrame, read_report: Callable[[str], CommunityReport | None]
+) -> tuple[list[CommunityReport], list[str]]:
     """The report of every reportable community (2+ members) of the communities table, and the ids
     of those whose report cannot be read (a missing report is never silently left out)."""
     reports, missing = [], []
@@ -221,27 +274,51 @@ def collect_reports(communities: pl.DataFrame, read_report: Callable[[str], Comm
 def _report_rows(reports: list[CommunityReport], communities: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """One row per report: its text, the community's members (keys and names) and weight. Columnar:
     thousands of reports are assembled without a Python dict per row."""
-    base = pl.DataFrame({
-        "community_id": [r.community_id for r in reports], "level": [r.level for r in reports],
-        "title": [r.title for r in reports], "summary": [r.summary for r in reports],
-        "rating": [float(r.rating) for r in reports], "rating_explanation": [r.rating_explanation for r in reports],
-        "findings": [json.dumps([f.__dict__ for f in r.findings], ensure_ascii=False) for r in reports],
-        "extractive": [r.extractive for r in reports], "text": [r.text() for r in reports],
-    }, schema={k: REPORT_SCHEMA[k] for k in ("community_id", "level", "title", "summary", "rating", "rating_explanation",
-                                              "findings", "extractive", "text")})
-    comm = communities.select("community_id", pl.col("nodes").alias("entity_keys"),
-                              pl.col("weight").cast(pl.Float64).round_sig_figs(3))
+    base = pl.DataFrame(
+        {
+            "community_id": [r.community_id for r in reports],
+            "level": [r.level for r in reports],
+            "title": [r.title for r in reports],
+            "summary": [r.summary for r in reports],
+            "rating": [float(r.rating) for r in reports],
+            "rating_explanation": [r.rating_explanation for r in reports],
+            "findings": [json.dumps([f.__dict__ for f in r.findings], ensure_ascii=False) for r in reports],
+            "extractive": [r.extractive for r in reports],
+            "text": [r.text() for r in reports],
+        },
+        schema={
+            k: REPORT_SCHEMA[k]
+            for k in (
+                "community_id",
+                "level",
+                "title",
+                "summary",
+                "rating",
+                "rating_explanation",
+                "findings",
+                "extractive",
+                "text",
+            )
+        },
+    )
+    comm = communities.select(
+        "community_id", pl.col("nodes").alias("entity_keys"), pl.col("weight").cast(pl.Float64).round_sig_figs(3)
+    )
     comm = comm.unique("community_id", keep="first", maintain_order=True)
     out = base.with_row_index("_i").join(comm, on="community_id", how="left", maintain_order="left")
     names = nodes.select("key", "name").unique("key", keep="last")
     members = (
-        out.select("_i", pl.col("entity_keys").alias("key")).explode("key").drop_nulls("key")
+        out.select("_i", pl.col("entity_keys").alias("key"))
+        .explode("key")
+        .drop_nulls("key")
         .join(names, on="key", how="left", maintain_order="left")
-        .group_by("_i", maintain_order=True).agg(pl.coalesce("name", "key").alias("entity_names"))
+        .group_by("_i", maintain_order=True)
+        .agg(pl.coalesce("name", "key").alias("entity_names"))
     )
     empty = pl.lit([], dtype=pl.List(pl.Utf8))
     out = out.join(members, on="_i", how="left", maintain_order="left").with_columns(
-        pl.col("entity_keys").fill_null(empty), pl.col("entity_names").fill_null(empty), pl.col("weight").fill_null(0.0))
+        pl.col("entity_keys").fill_null(empty), pl.col("entity_names").fill_null(empty), pl.col("weight").fill_null(0.0)
+    )
     return out.select(list(REPORT_SCHEMA)).cast(REPORT_SCHEMA)
 
 
@@ -258,14 +335,26 @@ def build_index_rows(
     chunks: chunk_id, doc_id, doc (relative path), position, text.
     nhop=False leaves the nhop table empty (a delta publish computes only the paths that can change)."""
     membership = (
-        communities.select("community_id", pl.col("nodes").alias("key")).explode("key").drop_nulls("key")
-        .group_by("key", maintain_order=True).agg(pl.col("community_id").alias("community_ids"))
+        communities.select("community_id", pl.col("nodes").alias("key"))
+        .explode("key")
+        .drop_nulls("key")
+        .group_by("key", maintain_order=True)
+        .agg(pl.col("community_id").alias("community_ids"))
     )
     # PageRank and community weights to 3 significant digits: every change of the graph moves them
     # a little everywhere, and a record rewritten (in Elasticsearch too) for a shift in the fifth digit
     # would make every update cost in proportion to the corpus; rankings keep their order
     entities = (
-        nodes.select("key", "name", "type", "description", pl.col("pagerank").round_sig_figs(3), "degree", "source_ids", "doc_ids")
+        nodes.select(
+            "key",
+            "name",
+            "type",
+            "description",
+            pl.col("pagerank").round_sig_figs(3),
+            "degree",
+            "source_ids",
+            "doc_ids",
+        )
         .join(membership, on="key", how="left", maintain_order="left")
         .with_columns(pl.col("community_ids").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))))
     )
@@ -280,12 +369,20 @@ def build_index_rows(
         .agg(pl.col("name").head(TY2ENTS_SAMPLES).alias("entities"), pl.len().alias("count"))
         .sort(["count", "type"], descending=[True, False])
     )
-    frames = {"entities": entities, "relations": relations, "community_reports": reports_df, "chunks": chunk_df,
-              "nhop": nhop_df, "ty2ents": ty2ents}
+    frames = {
+        "entities": entities,
+        "relations": relations,
+        "community_reports": reports_df,
+        "chunks": chunk_df,
+        "nhop": nhop_df,
+        "ty2ents": ty2ents,
+    }
     return IndexTables(**{name: with_hash(name, df) for name, df in frames.items()})
 
 
-def add_vectors(tables: IndexTables, embedder: Embedder, previous: dict[str, pl.DataFrame] | None = None) -> IndexTables:
+def add_vectors(
+    tables: IndexTables, embedder: Embedder, previous: dict[str, pl.DataFrame] | None = None
+) -> IndexTables:
     """The tables with vectors on every row of the VECTOR_TABLES (texts found in `previous` reused)."""
     previous = previous or {}
     return replace(tables, **{t: with_vectors(t, tables.get(t), embedder, previous.get(t)) for t in VECTOR_TABLES})
@@ -305,4 +402,3 @@ def build_index_tables(
     previous: per table, (text, embedding) of the last published index built with the same
     embedder; vectors of unchanged texts are reused, so an update embeds only what changed."""
     return add_vectors(build_index_rows(nodes, edges, communities, reports, chunks), embedder, previous)
-

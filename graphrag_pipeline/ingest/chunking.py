@@ -287,8 +287,12 @@ def _tail(ids: list[int], overlap: int) -> str:
     return ""
 
 
-def chunk_text(text: str, max_tokens: int = setting_default("GRAPHRAG_CHUNK_TOKENS"),
-               overlap: int = setting_default("GRAPHRAG_CHUNK_OVERLAP"), min_tokens: int | None = None) -> list[Chunk]:
+def chunk_text(
+    text: str,
+    max_tokens: int = setting_default("GRAPHRAG_CHUNK_TOKENS"),
+    overlap: int = setting_default("GRAPHRAG_CHUNK_OVERLAP"),
+    min_tokens: int | None = None,
+) -> list[Chunk]:
     """Chunks of at most max_tokens (+ overlap from the previous chunk's tail).
 
     min_tokens (default 0.3 x max_tokens) is the reach of the window a unit must win to end a

@@ -5,10 +5,9 @@ Shared by the sensor (previous hashes from its cursor), the daily reconcile sche
 contiguous partition ranges, so a bulk drop of files becomes a few runs, never one per file.
 """
 
-
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from graphrag_pipeline.ingest.documents import CorpusFile, file_hash, scan_corpus
 from graphrag_pipeline.storage.store import DOC_TABLES, Store
@@ -70,7 +69,9 @@ def range_tags(batch: list[str]) -> dict[str, str]:
     return {RANGE_START_TAG: batch[0], RANGE_END_TAG: batch[-1]}
 
 
-def scan_states(corpus: Path, known: Mapping[str, list] | None = None) -> tuple[dict[str, CorpusFile], dict[str, FileState], dict[str, str]]:
+def scan_states(
+    corpus: Path, known: Mapping[str, list] | None = None
+) -> tuple[dict[str, CorpusFile], dict[str, FileState], dict[str, str]]:
     """Hash every corpus file, reusing a known hash when size and mtime did not change."""
     files = {f.key: f for f in scan_corpus(corpus)}
     states: dict[str, FileState] = {}

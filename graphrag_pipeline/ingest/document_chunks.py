@@ -27,19 +27,30 @@ class ChunkedDocument:
     log: list[tuple[str, str]] = field(default_factory=list)  # (level "info"/"warning", message)
 
 
-def chunk_document(key: str, f: CorpusFile | None, max_document_bytes: int, chunk_tokens: int,
-                   chunk_overlap: int) -> ChunkedDocument:
+def chunk_document(
+    key: str, f: CorpusFile | None, max_document_bytes: int, chunk_tokens: int, chunk_overlap: int
+) -> ChunkedDocument:
     """The chunks of the corpus file ``f`` (None: no longer in the corpus) under partition ``key``."""
     if f is None:
-        return ChunkedDocument(key, key, pl.DataFrame(schema=CHUNK_ROWS),
-                               {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0},
-                               skipped="file no longer in the corpus",
-                               log=[("warning", f"{key}: file no longer in the corpus; skipped (its partition will be removed)")])
+        return ChunkedDocument(
+            key,
+            key,
+            pl.DataFrame(schema=CHUNK_ROWS),
+            {"relpath": None, "content_hash": None, "status": "missing", "chunks": 0},
+            skipped="file no longer in the corpus",
+            log=[("warning", f"{key}: file no longer in the corpus; skipped (its partition will be removed)")],
+        )
     try:
         content_hash = file_hash(f.path)
     except OSError as exc:  # gone or unreadable since the scan: its neighbours go on
-        return ChunkedDocument(key, f.relpath, None, {}, skipped=f"cannot read it: {exc.strerror or exc}",
-                               log=[("warning", f"{f.relpath}: cannot read it ({exc.strerror or exc}); skipped")])
+        return ChunkedDocument(
+            key,
+            f.relpath,
+            None,
+            {},
+            skipped=f"cannot read it: {exc.strerror or exc}",
+            log=[("warning", f"{f.relpath}: cannot read it ({exc.strerror or exc}); skipped")],
+        )
     doc = read_document(f.path, max_document_bytes)
     log = []
     if doc.message:
@@ -47,16 +58,32 @@ def chunk_document(key: str, f: CorpusFile | None, max_document_bytes: int, chun
     pieces = chunk_text(doc.text, chunk_tokens, chunk_overlap) if doc.usable else []
     df = pl.DataFrame(
         {
-            "chunk_id": [c.id for c in pieces], "doc_id": [key] * len(pieces), "doc": [f.relpath] * len(pieces),
-            "position": [c.position for c in pieces], "text": [c.text for c in pieces], "tokens": [c.tokens for c in pieces],
+            "chunk_id": [c.id for c in pieces],
+            "doc_id": [key] * len(pieces),
+            "doc": [f.relpath] * len(pieces),
+            "position": [c.position for c in pieces],
+            "text": [c.text for c in pieces],
+            "tokens": [c.tokens for c in pieces],
         },
         schema=CHUNK_ROWS,
     )
     tokens = int(df["tokens"].sum()) if df.height else 0
-    out = ChunkedDocument(key, f.relpath, df, {
-        "relpath": f.relpath, "content_hash": content_hash, "status": doc.status, "message": doc.message,
-        "encoding": doc.encoding, "chunks": df.height, "tokens": tokens,
-    }, row={"document": f.relpath, "status": doc.status, "chunks": df.height, "tokens": tokens}, log=log)
+    out = ChunkedDocument(
+        key,
+        f.relpath,
+        df,
+        {
+            "relpath": f.relpath,
+            "content_hash": content_hash,
+            "status": doc.status,
+            "message": doc.message,
+            "encoding": doc.encoding,
+            "chunks": df.height,
+            "tokens": tokens,
+        },
+        row={"document": f.relpath, "status": doc.status, "chunks": df.height, "tokens": tokens},
+        log=log,
+    )
     if not doc.usable:
         out.skipped = doc.message
     elif doc.status == "truncated":

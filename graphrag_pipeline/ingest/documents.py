@@ -11,13 +11,13 @@ import hashlib
 import os
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 from graphrag_pipeline.settings import default as setting_default
 from graphrag_pipeline.storage.files import file_sha256
-from typing import Iterable
 
 SUPPORTED_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
 DEFAULT_MAX_BYTES = setting_default("GRAPHRAG_MAX_DOCUMENT_BYTES")
@@ -97,8 +97,14 @@ def partition_key(relpath: str) -> str:
     relpath = unicodedata.normalize("NFC", relpath.replace("\\", "/")).strip("/")
     parts = [_SAFE.sub("_", p) for p in relpath.split("/")]
     key = "--".join(parts)
-    lossy = (any(_SAFE.search(p) for p in relpath.split("/")) or "--" in relpath or "-/" in relpath
-             or "/-" in relpath or "\\" in original or key.startswith("."))
+    lossy = (
+        any(_SAFE.search(p) for p in relpath.split("/"))
+        or "--" in relpath
+        or "-/" in relpath
+        or "/-" in relpath
+        or "\\" in original
+        or key.startswith(".")
+    )
     if lossy or len(key.encode("utf-8")) > 120:
         digest = hashlib.sha1(original.encode("utf-8")).hexdigest()[:8]
         key = f"{_head(key, _KEY_HEAD_BYTES)}~{digest}"
@@ -195,7 +201,13 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
     text, encoding = _decode(raw, truncated)
     if text is None:
         reason = encoding
-        return DocumentText("", reason, f"{display_path(path.name)} skipped: {'binary content' if reason == 'binary' else 'cannot determine its text encoding'}", size_bytes=size)
+        return DocumentText(
+            "",
+            reason,
+            f"{display_path(path.name)} skipped: "
+            f"{'binary content' if reason == 'binary' else 'cannot determine its text encoding'}",
+            size_bytes=size,
+        )
     kind = SUPPORTED_SUFFIXES.get(path.suffix.lower(), "text")
     if kind == "html":
         text = html_to_text(text)
@@ -205,7 +217,13 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
     if not text.strip():
         return DocumentText("", "empty", f"{display_path(path.name)} has no text", encoding, size)
     if truncated:
-        return DocumentText(text, "truncated", f"{display_path(path.name)} is {size:,} bytes; only the first {max_bytes:,} bytes were read", encoding, size)
+        return DocumentText(
+            text,
+            "truncated",
+            f"{display_path(path.name)} is {size:,} bytes; only the first {max_bytes:,} bytes were read",
+            encoding,
+            size,
+        )
     return DocumentText(text, "ok", "", encoding, size)
 
 
@@ -226,7 +244,7 @@ def _decode(raw: bytes, truncated: bool) -> tuple[str | None, str]:
             return raw[: exc.start].decode("utf-8-sig"), "utf-8"
     from charset_normalizer import from_bytes
 
-    best = from_bytes(raw[:1 << 20]).best()
+    best = from_bytes(raw[: 1 << 20]).best()
     if best is None or best.encoding is None:
         return None, "undecodable"
     text = raw.decode(best.encoding, errors="replace")
@@ -255,8 +273,31 @@ class _TextExtractor(HTMLParser):
     # not "head": its end tag is optional, and then everything after it would be skipped; its only
     # text-bearing children are the title (kept) and script/style/noscript/template (skipped)
     _SKIP = {"script", "style", "noscript", "template", "svg"}
-    _BLOCK = {"p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "table",
-              "section", "article", "blockquote", "pre", "header", "footer", "title", "dd", "dt"}
+    _BLOCK = {
+        "p",
+        "div",
+        "br",
+        "li",
+        "ul",
+        "ol",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "tr",
+        "table",
+        "section",
+        "article",
+        "blockquote",
+        "pre",
+        "header",
+        "footer",
+        "title",
+        "dd",
+        "dt",
+    }
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)

@@ -16,8 +16,8 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import quote
 
 log = logging.getLogger("graphrag_pipeline.cache")
@@ -41,8 +41,9 @@ def connect_read_only(path: Path, timeout_s: float = 30.0) -> sqlite3.Connection
     path = Path(path)
     if not stat.S_ISREG(path.stat().st_mode):  # FileNotFoundError / PermissionError propagate
         raise IsADirectoryError(f"{path} is not a file")
-    con = sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=timeout_s, isolation_level=None,
-                          check_same_thread=False)
+    con = sqlite3.connect(
+        _uri(path, "mode=ro"), uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False
+    )
     try:
         con.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -51,7 +52,9 @@ def connect_read_only(path: Path, timeout_s: float = 30.0) -> sqlite3.Connection
         con.close()
         wal = path.with_name(path.name + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
-            raise sqlite3.OperationalError(f"{exc} (and its write-ahead log {wal.name} cannot be read without write access)") from None
+            raise sqlite3.OperationalError(
+                f"{exc} (and its write-ahead log {wal.name} cannot be read without write access)"
+            ) from None
     con = sqlite3.connect(_uri(path, "immutable=1"), uri=True, isolation_level=None, check_same_thread=False)
     try:
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()

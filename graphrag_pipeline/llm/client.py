@@ -32,10 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.usage import LLMUsage
-from graphrag_pipeline.settings import default as setting_default, endpoint_embedding_model, raw as setting_raw, setting
+from graphrag_pipeline.settings import default as setting_default
+from graphrag_pipeline.settings import endpoint_embedding_model, setting
+from graphrag_pipeline.settings import raw as setting_raw
 from graphrag_pipeline.urls import redact_url
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ DEFAULT_BREAKER = setting_default("GRAPHRAG_LLM_BREAKER")  # consecutive failed 
 _REQUEST_SPECIFIC = {400, 413, 422}
 
 _registry_lock = threading.Lock()
-_CLIENTS: "weakref.WeakSet[LLMClient]" = weakref.WeakSet()
+_CLIENTS: weakref.WeakSet[LLMClient] = weakref.WeakSet()
 _PROVEN: set[str] = set()  # endpoints (without credentials) that have answered a request in this process
 
 
@@ -95,7 +97,9 @@ class LLMCircuitOpen(LLMError):
     """The endpoint failed ``failures`` calls in a row; the client makes no further requests.
     ``last_error`` is the message of the call that failed last (without credentials)."""
 
-    def __init__(self, message: str, *, failures: int = 0, last_error: str = "", status: int | None = None, endpoint: str = ""):
+    def __init__(
+        self, message: str, *, failures: int = 0, last_error: str = "", status: int | None = None, endpoint: str = ""
+    ):
         super().__init__(message, status=status, attempts=0, endpoint=endpoint)
         self.failures = failures
         self.last_error = last_error
@@ -160,11 +164,22 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def chat_cache_key(model: str, messages: list[dict], temperature: float, max_tokens: int | None,
-                   logit_bias: dict | None, response_format: dict | None) -> str:
-    payload = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
-               "logit_bias": {str(k): v for k, v in logit_bias.items()} if logit_bias else logit_bias,
-               "response_format": response_format}
+def chat_cache_key(
+    model: str,
+    messages: list[dict],
+    temperature: float,
+    max_tokens: int | None,
+    logit_bias: dict | None,
+    response_format: dict | None,
+) -> str:
+    payload = {
+        "model": model,
+        "messages": messages,
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "logit_bias": {str(k): v for k, v in logit_bias.items()} if logit_bias else logit_bias,
+        "response_format": response_format,
+    }
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
 
 
@@ -185,11 +200,22 @@ def _message_text(messages: list[dict]) -> str:
 
 
 class LLMClient:
-    def __init__(self, *, model: str, api_key: str | None = None, base_url: str | None = None,
-                 cache: KVCache | None = None, max_concurrent: int = setting_default("GRAPHRAG_MAX_CONCURRENT_CHATS"),
-                 timeout_s: float = float(setting_default("GRAPHRAG_LLM_TIMEOUT")),
-                 max_retries: int = setting_default("GRAPHRAG_LLM_MAX_RETRIES"), backoff_base_s: float = 1.0, backoff_max_s: float = 60.0,
-                 embedding_model: str | None = None, breaker: int | None = None, max_call_s: float | None = None):
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        cache: KVCache | None = None,
+        max_concurrent: int = setting_default("GRAPHRAG_MAX_CONCURRENT_CHATS"),
+        timeout_s: float = float(setting_default("GRAPHRAG_LLM_TIMEOUT")),
+        max_retries: int = setting_default("GRAPHRAG_LLM_MAX_RETRIES"),
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        embedding_model: str | None = None,
+        breaker: int | None = None,
+        max_call_s: float | None = None,
+    ):
         """breaker: consecutive failed calls after which every call fails at once (None: the
         ``GRAPHRAG_LLM_BREAKER`` variable, else 3; 0: never). max_call_s: no retry is started that
         would begin later than this after the call's first request (None: ``max(60, 2 x
@@ -208,9 +234,15 @@ class LLMClient:
             max_call_s = max(60.0, 2.0 * timeout_s)
         if max_call_s <= 0:
             raise ValueError("max_call_s must be > 0")
-        key = api_key or setting_raw("OPENAI_API_KEY") or ("EMPTY" if (base_url or setting_raw("OPENAI_BASE_URL")) else None)
+        key = (
+            api_key
+            or setting_raw("OPENAI_API_KEY")
+            or ("EMPTY" if (base_url or setting_raw("OPENAI_BASE_URL")) else None)
+        )
         if not key:
-            raise ValueError("LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint")
+            raise ValueError(
+                "LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint"
+            )
         self.model = model
         self.embedding_model = embedding_model
         self.cache = cache
@@ -241,7 +273,7 @@ class LLMClient:
 
     # -- construction / description ----------------------------------------------------------------
     @classmethod
-    def from_env(cls, cache: KVCache | None = None) -> "LLMClient | None":
+    def from_env(cls, cache: KVCache | None = None) -> LLMClient | None:
         """A client configured from the settings (their variables, else their defaults); None without
         an endpoint (neither OPENAI_API_KEY nor OPENAI_BASE_URL)."""
         api_key = setting_raw("OPENAI_API_KEY")
@@ -280,7 +312,9 @@ class LLMClient:
         with self._lock:
             return LLMUsage(**self.usage.to_dict())
 
-    def _count(self, *, calls: int = 0, cache_hits: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+    def _count(
+        self, *, calls: int = 0, cache_hits: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0
+    ) -> None:
         with self._lock:
             self.usage.calls += calls
             self.usage.cache_hits += cache_hits
@@ -319,7 +353,9 @@ class LLMClient:
 
     def _circuit_error(self) -> LLMCircuitOpen:
         c = self._circuit
-        return LLMCircuitOpen(str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint)
+        return LLMCircuitOpen(
+            str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint
+        )
 
     def _check_open(self) -> None:
         if self._circuit is not None:
@@ -350,7 +386,11 @@ class LLMClient:
                     f"calls are made (circuit breaker GRAPHRAG_LLM_BREAKER={self.breaker}). Last error: {err} "
                     "-- what was done before is kept: once the endpoint works, run the build again and it "
                     "resumes where it stopped.",
-                    failures=self._failures, last_error=str(err), status=err.status, endpoint=self._endpoint)
+                    failures=self._failures,
+                    last_error=str(err),
+                    status=err.status,
+                    endpoint=self._endpoint,
+                )
                 self._cond.notify_all()
                 log.error("%s", self._circuit)
             opened = self._circuit is not None
@@ -428,7 +468,7 @@ class LLMClient:
     def _backoff(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(self.backoff_max_s, retry_after)
-        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * (2 ** retry)))
+        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * (2**retry)))
 
     def _acquire_slot(self) -> None:
         while not self._slots.acquire(timeout=_POLL_S):
@@ -474,8 +514,13 @@ class LLMClient:
                 attempts = retries + 1
                 plural = "s" if attempts > 1 else ""
                 if isinstance(problem, _Fatal):
-                    err = LLMError(f"{what} to {self.describe()} failed (not retried) after {attempts} attempt{plural}: "
-                                   f"{problem.cause}", status=problem.status, attempts=attempts, endpoint=self._endpoint)
+                    err = LLMError(
+                        f"{what} to {self.describe()} failed (not retried) after {attempts} attempt{plural}: "
+                        f"{problem.cause}",
+                        status=problem.status,
+                        attempts=attempts,
+                        endpoint=self._endpoint,
+                    )
                     if problem.status in _REQUEST_SPECIFIC:
                         self._set_healthy(True)  # the endpoint answered; this request is the problem
                         raise err from None
@@ -485,17 +530,35 @@ class LLMClient:
                 if self._cancel.is_set():
                     self._check_cancelled()
                 if retries >= self.max_retries:
-                    raise self._failed(LLMError(f"{what} to {self.describe()} failed after {attempts} attempt{plural}: "
-                                                f"{problem.cause}", status=problem.status, attempts=attempts,
-                                                endpoint=self._endpoint)) from None
+                    raise self._failed(
+                        LLMError(
+                            f"{what} to {self.describe()} failed after {attempts} attempt{plural}: {problem.cause}",
+                            status=problem.status,
+                            attempts=attempts,
+                            endpoint=self._endpoint,
+                        )
+                    ) from None
                 delay = self._backoff(retries, problem.retry_after)
                 elapsed = time.monotonic() - started
                 if elapsed + delay > self.max_call_s:
-                    raise self._failed(LLMError(f"{what} to {self.describe()} failed after {attempts} attempt{plural} in "
-                                                f"{elapsed:.0f}s (retry time limit {self.max_call_s:g}s): {problem.cause}",
-                                                status=problem.status, attempts=attempts, endpoint=self._endpoint)) from None
-                log.warning("%s to %s: %s; retry %d/%d in %.2fs", what, self.describe(), problem.cause,
-                            retries + 1, self.max_retries, delay)
+                    raise self._failed(
+                        LLMError(
+                            f"{what} to {self.describe()} failed after {attempts} attempt{plural} in "
+                            f"{elapsed:.0f}s (retry time limit {self.max_call_s:g}s): {problem.cause}",
+                            status=problem.status,
+                            attempts=attempts,
+                            endpoint=self._endpoint,
+                        )
+                    ) from None
+                log.warning(
+                    "%s to %s: %s; retry %d/%d in %.2fs",
+                    what,
+                    self.describe(),
+                    problem.cause,
+                    retries + 1,
+                    self.max_retries,
+                    delay,
+                )
                 retries += 1
                 self._sleep(delay)
         finally:
@@ -503,9 +566,16 @@ class LLMClient:
                 self._leave_gate(turn)
 
     # -- chat ------------------------------------------------------------------------------------------
-    def chat(self, messages: list[dict], *, temperature: float = 0.0, max_tokens: int | None = None,
-             logit_bias: dict[int, int] | None = None, response_format: dict | None = None,
-             use_cache: bool = True) -> ChatResult:
+    def chat(
+        self,
+        messages: list[dict],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        logit_bias: dict[int, int] | None = None,
+        response_format: dict | None = None,
+        use_cache: bool = True,
+    ) -> ChatResult:
         """One chat completion. ``use_cache=False`` skips the cache lookup but still stores the fresh
         answer (replacing the cached one), so a re-asked question (e.g. after an unparseable answer)
         is served its newest answer on the next run."""
@@ -517,8 +587,12 @@ class LLMClient:
             hit = self.cache.get(key)
             if isinstance(hit, dict) and hit.get("text"):
                 self._count(cache_hits=1)
-                return ChatResult(text=hit["text"], cached=True, prompt_tokens=int(hit.get("prompt_tokens") or 0),
-                                  completion_tokens=int(hit.get("completion_tokens") or 0))
+                return ChatResult(
+                    text=hit["text"],
+                    cached=True,
+                    prompt_tokens=int(hit.get("prompt_tokens") or 0),
+                    completion_tokens=int(hit.get("completion_tokens") or 0),
+                )
 
         params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature}
         if max_tokens is not None:
@@ -576,7 +650,7 @@ class LLMClient:
         return results
 
     # -- embeddings ------------------------------------------------------------------------------------
-    def embed(self, texts: list[str]) -> "numpy.ndarray":
+    def embed(self, texts: list[str]) -> numpy.ndarray:
         """Embed ``texts`` with ``embedding_model``: float32, L2-normalised rows in input order.
         Each text is cached by (embedding_model, text); misses go in batches of 64. Usage: one
         call per request, one cache hit per cached text, prompt tokens from the response."""
@@ -611,11 +685,14 @@ class LLMClient:
             return np.zeros((0, 0), dtype=np.float32)
         dims = {v.shape[0] for v in vectors.values()}
         if len(dims) != 1:
-            raise LLMError(f"embeddings from {self.describe()} have mixed dimensions {sorted(dims)}; "
-                           "clear the cache after changing the embedding model", endpoint=self._endpoint)
+            raise LLMError(
+                f"embeddings from {self.describe()} have mixed dimensions {sorted(dims)}; "
+                "clear the cache after changing the embedding model",
+                endpoint=self._endpoint,
+            )
         return np.stack([vectors[t] for t in texts]).astype(np.float32, copy=False)
 
-    def _embed_batch(self, batch: list[str]) -> tuple[list["numpy.ndarray"], int]:
+    def _embed_batch(self, batch: list[str]) -> tuple[list[numpy.ndarray], int]:
         import numpy as np
 
         inputs = [t if t else " " for t in batch]  # OpenAI rejects empty strings

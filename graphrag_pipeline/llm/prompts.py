@@ -93,7 +93,9 @@ TEXT:
 OUTPUT:
 """
 
-GENERAL_CONTINUE = "MANY entities and relationships were missed in the last extraction. Add them below using the same format:\n"
+GENERAL_CONTINUE = (
+    "MANY entities and relationships were missed in the last extraction. Add them below using the same format:\n"
+)
 
 GENERAL_LOOP = "It appears some entities and relationships may have still been missed. Answer YES if there are still entities or relationships to add, or NO if there are none. Answer with a single word."
 

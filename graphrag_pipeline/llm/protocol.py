@@ -14,9 +14,16 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class ChatClient(Protocol):
-    def chat(self, messages: list[dict], *, temperature: float = 0.0, max_tokens: int | None = None,
-             logit_bias: dict[int, int] | None = None, response_format: dict | None = None,
-             use_cache: bool = True) -> ChatResult:
+    def chat(
+        self,
+        messages: list[dict],
+        *,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        logit_bias: dict[int, int] | None = None,
+        response_format: dict | None = None,
+        use_cache: bool = True,
+    ) -> ChatResult:
         """One chat completion; raises LLMError when the endpoint fails it for good."""
         ...
 

@@ -12,7 +12,7 @@ class LLMUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    def add(self, other: "LLMUsage") -> None:
+    def add(self, other: LLMUsage) -> None:
         self.calls += other.calls
         self.cache_hits += other.cache_hits
         self.prompt_tokens += other.prompt_tokens
@@ -22,8 +22,10 @@ class LLMUsage:
         return asdict(self)
 
 
-_TOTALS_SQL = ("SELECT coalesce(sum(calls),0), coalesce(sum(cache_hits),0), coalesce(sum(prompt_tokens),0),"
-               " coalesce(sum(completion_tokens),0) FROM llm_usage")
+_TOTALS_SQL = (
+    "SELECT coalesce(sum(calls),0), coalesce(sum(cache_hits),0), coalesce(sum(prompt_tokens),0),"
+    " coalesce(sum(completion_tokens),0) FROM llm_usage"
+)
 
 
 class UsageLedger:
@@ -53,8 +55,10 @@ class UsageLedger:
             return
         con = self._con()
         try:
-            con.execute("INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)", (time.time(), step, usage.calls,
-                        usage.cache_hits, usage.prompt_tokens, usage.completion_tokens))
+            con.execute(
+                "INSERT INTO llm_usage VALUES (?, ?, ?, ?, ?, ?)",
+                (time.time(), step, usage.calls, usage.cache_hits, usage.prompt_tokens, usage.completion_tokens),
+            )
         finally:
             con.close()
 

@@ -73,7 +73,11 @@ def analyze_question(question: str, type_pool: dict[str, list[str]]) -> QueryAna
     from graphrag_pipeline.extract.offline import extract_fast
 
     names = [e.name for e in extract_fast(question, "query").entities]
-    names += [q for q in re.findall(r"[\"\u201c\u300c\u300a]([^\"\u201d\u300d\u300b]{2,60})[\"\u201d\u300d\u300b]", question) if q not in names]
+    names += [
+        q
+        for q in re.findall(r"[\"\u201c\u300c\u300a]([^\"\u201d\u300d\u300b]{2,60})[\"\u201d\u300d\u300b]", question)
+        if q not in names
+    ]
     words = set(re.findall(r"\w+", question.casefold()))
     types = []
     for t in type_pool:
@@ -102,7 +106,9 @@ def analyze_question_llm(client: ChatClient, question: str, type_pool: dict[str,
     from graphrag_pipeline.llm.json_answers import parse_json_reply
 
     pool_text = json.dumps({t: e[:5] for t, e in type_pool.items()}, ensure_ascii=False, indent=1)
-    answer = client.chat([{"role": "user", "content": prompts.QUERY_REWRITE.format(type_pool=pool_text, question=question)}]).text
+    answer = client.chat(
+        [{"role": "user", "content": prompts.QUERY_REWRITE.format(type_pool=pool_text, question=question)}]
+    ).text
     data = parse_json_reply(answer)
     if not isinstance(data, dict):  # unparsable or not an object: offline analysis instead
         return None
@@ -114,8 +120,13 @@ def analyze_question_llm(client: ChatClient, question: str, type_pool: dict[str,
     return QueryAnalysis(types[:3], ents[:5] or [question])
 
 
-def local_search(index: SearchIndex, question: str, params: SearchParams | None = None, analysis: QueryAnalysis | None = None,
-                 client: QueryClient | None = None) -> QueryResult:
+def local_search(
+    index: SearchIndex,
+    question: str,
+    params: SearchParams | None = None,
+    analysis: QueryAnalysis | None = None,
+    client: QueryClient | None = None,
+) -> QueryResult:
     p = params or SearchParams()
     embedder = index.embedder(client)
     if analysis is None and client is not None:
@@ -159,7 +170,9 @@ def local_search(index: SearchIndex, question: str, params: SearchParams | None 
                 rels[pair] = r
 
     ent_rank = sorted(ents.values(), key=lambda e: (-e["sim"] * e["pagerank"], e["key"]))[: p.ent_topn]
-    rel_rank = sorted(rels.values(), key=lambda r: (-r["sim"] * r["pagerank"], r["source_key"], r["target_key"]))[: p.rel_topn]
+    rel_rank = sorted(rels.values(), key=lambda r: (-r["sim"] * r["pagerank"], r["source_key"], r["target_key"]))[
+        : p.rel_topn
+    ]
 
     budget = p.max_tokens
     ent_rank, budget = _fit(ent_rank, lambda e: f"{e['name']},{e['type']},{e['description']}", budget)
@@ -169,8 +182,19 @@ def local_search(index: SearchIndex, question: str, params: SearchParams | None 
 
     result = QueryResult(
         mode="local",
-        entities=[{"name": e["name"], "type": e["type"], "description": e["description"], "score": e["sim"] * e["pagerank"]} for e in ent_rank],
-        relations=[{"source": r["source"], "target": r["target"], "description": r["description"], "score": r["sim"] * r["pagerank"]} for r in rel_rank],
+        entities=[
+            {"name": e["name"], "type": e["type"], "description": e["description"], "score": e["sim"] * e["pagerank"]}
+            for e in ent_rank
+        ],
+        relations=[
+            {
+                "source": r["source"],
+                "target": r["target"],
+                "description": r["description"],
+                "score": r["sim"] * r["pagerank"],
+            }
+            for r in rel_rank
+        ],
         community_reports=[{"title": c["title"], "summary": c["summary"], "rating": c["rating"]} for c in reports],
         analysis=asdict(analysis),
     )
@@ -178,7 +202,9 @@ def local_search(index: SearchIndex, question: str, params: SearchParams | None 
     return result
 
 
-def global_search(index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None) -> QueryResult:
+def global_search(
+    index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None
+) -> QueryResult:
     """Community reports ranked by similarity to the question (ties: higher rating first)."""
     p = params or SearchParams()
     vec = index.embedder(client).embed_one(question)
@@ -186,13 +212,17 @@ def global_search(index: SearchIndex, question: str, params: SearchParams | None
     rows, _ = _fit(rows, lambda c: c["text"], p.max_tokens)
     result = QueryResult(
         mode="global",
-        community_reports=[{"title": c["title"], "summary": c["summary"], "rating": c["rating"], "score": c["sim"]} for c in rows],
+        community_reports=[
+            {"title": c["title"], "summary": c["summary"], "rating": c["rating"], "score": c["sim"]} for c in rows
+        ],
     )
     result.context = _context(result, rows)
     return result
 
 
-def naive_search(index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None) -> QueryResult:
+def naive_search(
+    index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None
+) -> QueryResult:
     p = params or SearchParams()
     vec = index.embedder(client).embed_one(question)
     rows = index.chunks_by_vector(vec, p.chunk_topn)
@@ -202,8 +232,14 @@ def naive_search(index: SearchIndex, question: str, params: SearchParams | None 
     return result
 
 
-def query(index: SearchIndex, question: str, mode: str = "local", params: SearchParams | None = None, client: QueryClient | None = None,
-          answer: bool = False) -> QueryResult:
+def query(
+    index: SearchIndex,
+    question: str,
+    mode: str = "local",
+    params: SearchParams | None = None,
+    client: QueryClient | None = None,
+    answer: bool = False,
+) -> QueryResult:
     """Retrieve for `question`; with a client, the query is rewritten by the LLM (local mode) and,
     with answer=True, an answer is generated (global mode: map-reduce over community reports)."""
     if not question or not question.strip():
@@ -213,25 +249,45 @@ def query(index: SearchIndex, question: str, mode: str = "local", params: Search
     p = params or SearchParams()
     if mode == "global" and answer and client is not None:
         p = SearchParams(**{**p.__dict__, "global_topn": max(p.global_topn, p.global_map_topn)})
-    result = {"local": local_search, "global": global_search, "naive": naive_search}[mode](index, question, p, client=client)
+    result = {"local": local_search, "global": global_search, "naive": naive_search}[mode](
+        index, question, p, client=client
+    )
     if answer and client is not None:
-        result.answer = global_answer(client, index, result, question, p) if mode == "global" else local_answer(client, result, question)
+        result.answer = (
+            global_answer(client, index, result, question, p)
+            if mode == "global"
+            else local_answer(client, result, question)
+        )
     return result
 
 
 def local_answer(client: ChatClient, result: QueryResult, question: str) -> str:
     from graphrag_pipeline.llm import prompts
 
-    return client.chat([{"role": "user", "content": prompts.LOCAL_ANSWER.format(context=result.context or "(no context found)", question=question)}]).text.strip()
+    return client.chat(
+        [
+            {
+                "role": "user",
+                "content": prompts.LOCAL_ANSWER.format(
+                    context=result.context or "(no context found)", question=question
+                ),
+            }
+        ]
+    ).text.strip()
 
 
-def global_answer(client: QueryClient, index: SearchIndex, result: QueryResult, question: str, params: SearchParams) -> str:
+def global_answer(
+    client: QueryClient, index: SearchIndex, result: QueryResult, question: str, params: SearchParams
+) -> str:
     """Map: each report yields scored points; points scoring 0 are dropped. Reduce: one answer."""
     from graphrag_pipeline.llm import prompts
     from graphrag_pipeline.llm.json_answers import parse_json_reply
 
     reports = [r for r in index.reports_by_vector(index.embedder(client).embed_one(question), params.global_map_topn)]
-    calls = [{"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]} for r in reports]
+    calls = [
+        {"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]}
+        for r in reports
+    ]
     points = []
     for report, res in zip(reports, client.chat_many(calls)):
         if isinstance(res, Exception):
@@ -253,17 +309,23 @@ def global_answer(client: QueryClient, index: SearchIndex, result: QueryResult, 
         return "The community reports contain nothing that answers this question."
     listing = "\n".join(f"- [{t}] (importance {s:g}) {d}" for s, t, d in points)
     listing = truncate_tokens(listing, params.max_tokens)
-    return client.chat([{"role": "user", "content": prompts.GLOBAL_REDUCE.format(points=listing, question=question)}]).text.strip()
+    return client.chat(
+        [{"role": "user", "content": prompts.GLOBAL_REDUCE.format(points=listing, question=question)}]
+    ).text.strip()
 
 
 def _context(result: QueryResult, report_rows: list[dict]) -> str:
     parts = []
     if result.entities:
-        parts.append("-----Entities-----\nentity,type,description\n" + "\n".join(
-            f"{e['name']},{e['type']},{_one_line(e['description'])}" for e in result.entities))
+        parts.append(
+            "-----Entities-----\nentity,type,description\n"
+            + "\n".join(f"{e['name']},{e['type']},{_one_line(e['description'])}" for e in result.entities)
+        )
     if result.relations:
-        parts.append("-----Relations-----\nsource,target,description\n" + "\n".join(
-            f"{r['source']},{r['target']},{_one_line(r['description'])}" for r in result.relations))
+        parts.append(
+            "-----Relations-----\nsource,target,description\n"
+            + "\n".join(f"{r['source']},{r['target']},{_one_line(r['description'])}" for r in result.relations)
+        )
     if report_rows:
         parts.append("-----Community Reports-----\n" + "\n\n".join(c["text"] for c in report_rows))
     if result.chunks:

@@ -57,11 +57,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from graphrag_pipeline.llm.json_answers import load_json
-from graphrag_pipeline.llm import prompts
-from graphrag_pipeline.reports.offline import EXTRACTIVE_NOTE, CommunityReport, Finding, community_subgraph, extractive_report
 from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm import prompts
+from graphrag_pipeline.llm.json_answers import load_json
 from graphrag_pipeline.llm.protocol import ChatClient
+from graphrag_pipeline.reports.offline import (
+    EXTRACTIVE_NOTE,
+    CommunityReport,
+    Finding,
+    community_subgraph,
+    extractive_report,
+)
 
 __all__ = [
     "LLM_FALLBACK_NOTE",
@@ -92,6 +98,7 @@ class ReportOutcome:
 
 # -- context packing ----------------------------------------------------------------------------------
 
+
 def _flat(value) -> str:
     """One line: every run of whitespace (newlines included) becomes one blank."""
     return " ".join(str(value if value is not None else "").split())
@@ -117,7 +124,9 @@ class _Row:
     keys: tuple[str, ...]  # entity: (key,); relation: (source_key, target_key)
 
 
-def _ordered_rows(members: list[str], nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[list[_Row], list[_Row], dict[str, str]]:
+def _ordered_rows(
+    members: list[str], nodes: pl.DataFrame, edges: pl.DataFrame
+) -> tuple[list[_Row], list[_Row], dict[str, str]]:
     """All entity rows and relation rows of the community, in packing order, and key -> name."""
     sub_nodes, sub_edges = community_subgraph(members, nodes, edges)
     degree = dict(zip(sub_nodes["key"].to_list(), sub_nodes["degree"].to_list()))
@@ -177,19 +186,30 @@ def fits_budget(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, max_t
     """Whether the community's whole entity and relation tables fit in the prompt budget
     (if not, its report is better written after the reports of its sub-communities)."""
     entity_rows, relation_rows, _ = _ordered_rows(list(community["nodes"]), nodes, edges)
-    return count_tokens(_table(ENTITY_HEADER, entity_rows)) + count_tokens(_table(RELATION_HEADER, relation_rows)) <= max_tokens
+    return (
+        count_tokens(_table(ENTITY_HEADER, entity_rows)) + count_tokens(_table(RELATION_HEADER, relation_rows))
+        <= max_tokens
+    )
 
 
-def pack_community_context(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, max_tokens: int = 12000,
-                           sub_reports: dict[str, CommunityReport] | None = None,
-                           children: list[str] | None = None) -> tuple[str, str, str]:
+def pack_community_context(
+    community: dict,
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    *,
+    max_tokens: int = 12000,
+    sub_reports: dict[str, CommunityReport] | None = None,
+    children: list[str] | None = None,
+) -> tuple[str, str, str]:
     """(entities_csv, relations_csv, sub_reports_text) for the prompt, within max_tokens."""
     entity_rows, relation_rows, names = _ordered_rows(list(community["nodes"]), nodes, edges)
     full_ent, full_rel = _table(ENTITY_HEADER, entity_rows), _table(RELATION_HEADER, relation_rows)
     if count_tokens(full_ent) + count_tokens(full_rel) <= max_tokens:
         return full_ent, full_rel, ""
 
-    candidates = [(cid, sub_reports[cid]) for cid in dict.fromkeys(children or []) if sub_reports and cid in sub_reports]
+    candidates = [
+        (cid, sub_reports[cid]) for cid in dict.fromkeys(children or []) if sub_reports and cid in sub_reports
+    ]
     if candidates:
         candidates.sort(key=lambda c: (-len(c[1].entities), c[0]))
         half = max_tokens // 2
@@ -211,8 +231,9 @@ def pack_community_context(community: dict, nodes: pl.DataFrame, edges: pl.DataF
                     for key in keys_by_name.get(name, []):
                         owner.setdefault(key, idx)
             rest_entities = [r for r in entity_rows if r.keys[0] not in owner]
-            rest_relations = [r for r in relation_rows
-                              if not (r.keys[0] in owner and owner.get(r.keys[0]) == owner.get(r.keys[1]))]
+            rest_relations = [
+                r for r in relation_rows if not (r.keys[0] in owner and owner.get(r.keys[0]) == owner.get(r.keys[1]))
+            ]
             ent, rel = _pack_tables(rest_entities, rest_relations, max_tokens - count_tokens(sub_text))
             return ent, rel, sub_text
 
@@ -289,8 +310,10 @@ def _findings(value) -> list[dict]:
         elif isinstance(item, dict):
             d = _normalised(item)
             summary = next((_text(d[k]) for k in ("summary", "title", "finding", "insight") if _text(d.get(k))), "")
-            explanation = next((_text(d[k]) for k in ("explanation", "description", "details", "detail", "text")
-                                if _text(d.get(k))), "")
+            explanation = next(
+                (_text(d[k]) for k in ("explanation", "description", "details", "detail", "text") if _text(d.get(k))),
+                "",
+            )
         else:
             continue
         if summary:
@@ -352,9 +375,14 @@ def parse_report_json(text: str) -> dict | None:
 
 # -- the report --------------------------------------------------------------------------------------
 
+
 def _fallback(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame) -> CommunityReport:
     report = extractive_report(community, nodes, edges)
-    rest = report.summary[len(EXTRACTIVE_NOTE):].lstrip() if report.summary.startswith(EXTRACTIVE_NOTE) else report.summary
+    rest = (
+        report.summary[len(EXTRACTIVE_NOTE) :].lstrip()
+        if report.summary.startswith(EXTRACTIVE_NOTE)
+        else report.summary
+    )
     report.summary = f"{EXTRACTIVE_NOTE} {LLM_FALLBACK_NOTE} {rest}".rstrip()
     report.rating_explanation = f"{LLM_FALLBACK_NOTE} {report.rating_explanation}"
     report.generator = "extractive-fallback"
@@ -367,15 +395,26 @@ def report_generator(client: ChatClient | None) -> str:
     return f"llm:{getattr(client, 'model', None) or 'unknown model'}" if client is not None else "extractive"
 
 
-def llm_report(client: ChatClient, community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, *, language: str = prompts.DEFAULT_LANGUAGE,
-               max_tokens: int = 12000, sub_reports: dict[str, CommunityReport] | None = None,
-               children: list[str] | None = None, max_attempts: int = 2) -> ReportOutcome:
+def llm_report(
+    client: ChatClient,
+    community: dict,
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    *,
+    language: str = prompts.DEFAULT_LANGUAGE,
+    max_tokens: int = 12000,
+    sub_reports: dict[str, CommunityReport] | None = None,
+    children: list[str] | None = None,
+    max_attempts: int = 2,
+) -> ReportOutcome:
     """The community's report written by ``client``; the extractive report (fallback=True) when no
     answer in ``max_attempts`` calls could be parsed. LLMError from the client propagates."""
     entities, relations, sub_text = pack_community_context(
-        community, nodes, edges, max_tokens=max_tokens, sub_reports=sub_reports, children=children)
-    prompt = prompts.COMMUNITY_REPORT.format(language=language, entities=entities, relations=relations,
-                                             sub_reports=sub_text)
+        community, nodes, edges, max_tokens=max_tokens, sub_reports=sub_reports, children=children
+    )
+    prompt = prompts.COMMUNITY_REPORT.format(
+        language=language, entities=entities, relations=relations, sub_reports=sub_text
+    )
     messages = [{"role": "user", "content": prompt}]
     attempts = max(1, int(max_attempts))
     reason, raw = "", ""

@@ -36,7 +36,7 @@ class CommunityReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CommunityReport":
+    def from_dict(cls, d: dict) -> CommunityReport:
         d = dict(d)
         d["findings"] = [Finding(**f) for f in d.get("findings", [])]
         if not d.get("generator"):  # written before the field existed
@@ -51,10 +51,14 @@ class CommunityReport:
         return "\n".join(lines)
 
 
-def community_subgraph(members: list[str], nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def community_subgraph(
+    members: list[str], nodes: pl.DataFrame, edges: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Nodes of a community (most connected first) and the edges inside it (strongest first)."""
     keys = pl.Series("key", members, dtype=pl.Utf8)
-    sub_nodes = nodes.filter(pl.col("key").is_in(keys.implode())).sort(["degree", "pagerank", "key"], descending=[True, True, False])
+    sub_nodes = nodes.filter(pl.col("key").is_in(keys.implode())).sort(
+        ["degree", "pagerank", "key"], descending=[True, True, False]
+    )
     sub_edges = edges.filter(pl.col("source_key").is_in(keys.implode()) & pl.col("target_key").is_in(keys.implode()))
     sub_edges = sub_edges.sort(["weight", "source_key", "target_key"], descending=[True, False, False])
     return sub_nodes, sub_edges
@@ -65,7 +69,9 @@ def _first_sentence(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "\u2026"
 
 
-def extractive_report(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, max_findings: int = 5) -> CommunityReport:
+def extractive_report(
+    community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, max_findings: int = 5
+) -> CommunityReport:
     """A report made of the community's own entities and relations (no LLM)."""
     sub_nodes, sub_edges = community_subgraph(community["nodes"], nodes, edges)
     names = sub_nodes["name"].to_list()
@@ -77,13 +83,17 @@ def extractive_report(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame,
     rels = sub_edges.head(max_findings).to_dicts()
     if rels:
         parts = [f"{r['source']} - {r['target']}: {_first_sentence(r['description'], 160)}" for r in rels[:3]]
-        summary = (f"{EXTRACTIVE_NOTE} This community of {len(names)} entities centres on {', '.join(top)}. "
-                   f"Strongest relations: " + "; ".join(parts) + ".")
+        summary = (
+            f"{EXTRACTIVE_NOTE} This community of {len(names)} entities centres on {', '.join(top)}. "
+            f"Strongest relations: " + "; ".join(parts) + "."
+        )
     else:
         summary = f"{EXTRACTIVE_NOTE} This community of {len(names)} entities centres on {', '.join(top)}."
     rating = round(10.0 * float(community.get("weight", 0.0)), 2)
     findings = [
-        Finding(f"{r['source']} and {r['target']}", _first_sentence(r["description"], 400) or "Related in the source text.")
+        Finding(
+            f"{r['source']} and {r['target']}", _first_sentence(r["description"], 400) or "Related in the source text."
+        )
         for r in rels
     ]
     types = sub_nodes.group_by("type").len().sort(["len", "type"], descending=[True, False])["type"].to_list()[:3]
@@ -95,7 +105,8 @@ def extractive_report(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame,
         title=title,
         summary=summary,
         rating=rating,
-        rating_explanation=f"{EXTRACTIVE_NOTE} Rating = 10 x the community's weight relative to the largest community of its level.",
+        rating_explanation=f"{EXTRACTIVE_NOTE} Rating = 10 x the community's weight relative to the largest "
+        f"community of its level.",
         findings=findings,
         entities=names,
         extractive=True,

@@ -34,8 +34,9 @@ class ReportsResult:
         return sum(1 for r in self.written.values() if r.extractive)
 
 
-def report_waves(keys: list[str], table: dict[str, dict], children: dict[str, list[str]], nodes, edges,
-                 use_llm: bool) -> list[list[str]]:
+def report_waves(
+    keys: list[str], table: dict[str, dict], children: dict[str, list[str]], nodes, edges, use_llm: bool
+) -> list[list[str]]:
     """The order reports are written in: first every community that fits the prompt, then the
     large ones (with sub-communities) one level at a time, deepest first."""
     large = [k for k in keys if use_llm and children.get(k) and not fits_budget(table[k], nodes, edges)]
@@ -45,8 +46,9 @@ def report_waves(keys: list[str], table: dict[str, dict], children: dict[str, li
     return waves
 
 
-def write_reports(store, partition_keys: list[str], client=None, *, language: str = "English",
-                  log=None) -> ReportsResult:
+def write_reports(
+    store, partition_keys: list[str], client=None, *, language: str = "English", log=None
+) -> ReportsResult:
     """Write the report of each community in ``partition_keys`` (extractive without ``client``).
 
     ``log`` takes ``info`` and ``warning`` calls (a logger, or Dagster's ``context.log``)."""
@@ -60,8 +62,9 @@ def write_reports(store, partition_keys: list[str], client=None, *, language: st
     result = ReportsResult()
     result.superseded = [k for k in partition_keys if k not in table]
     generator = report_generator(client)
-    result.reused = [k for k in partition_keys
-                     if k in table and (r := store.read_report(k)) and r.generator == generator]
+    result.reused = [
+        k for k in partition_keys if k in table and (r := store.read_report(k)) and r.generator == generator
+    ]
     keys = [k for k in partition_keys if k in table and k not in set(result.reused)]
     written = result.written
 
@@ -77,8 +80,15 @@ def write_reports(store, partition_keys: list[str], client=None, *, language: st
         community = table[cid]
         if client is None:
             return extractive_report(community, nodes, edges), None
-        outcome = llm_report(client, community, nodes, edges, language=language,
-                             sub_reports=sub_reports(cid), children=children.get(cid, []))
+        outcome = llm_report(
+            client,
+            community,
+            nodes,
+            edges,
+            language=language,
+            sub_reports=sub_reports(cid),
+            children=children.get(cid, []),
+        )
         return outcome.report, (outcome.error or "unparsable answer") if outcome.fallback else None
 
     waves = report_waves(keys, table, children, nodes, edges, client is not None)
@@ -101,7 +111,9 @@ def write_reports(store, partition_keys: list[str], client=None, *, language: st
         raise
     pool.shutdown()
     if result.superseded:
-        log.warning(f"{len(result.superseded)} report partitions no longer match a community (superseded by a newer build)")
+        log.warning(
+            f"{len(result.superseded)} report partitions no longer match a community (superseded by a newer build)"
+        )
     if result.reused:
         log.info(f"{len(result.reused)} reports were already stored for their community ids and are kept")
     return result

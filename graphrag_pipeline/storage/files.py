@@ -17,9 +17,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import polars as pl
 
@@ -93,17 +93,26 @@ def verify_parquet(path: Path) -> None:
         fh.seek(-8, os.SEEK_END)
         tail = fh.read(8)
     if head != _PARQUET_MAGIC:
-        raise DamagedFileError(f"{path} is not a readable Parquet file (it does not start with the Parquet marker)", path)
+        raise DamagedFileError(
+            f"{path} is not a readable Parquet file (it does not start with the Parquet marker)", path
+        )
     if tail[4:] != _PARQUET_MAGIC:
-        raise DamagedFileError(f"{path} is not a readable Parquet file (truncated? its footer is missing; {size:,} bytes)", path)
+        raise DamagedFileError(
+            f"{path} is not a readable Parquet file (truncated? its footer is missing; {size:,} bytes)", path
+        )
     footer = int.from_bytes(tail[:4], "little")
     if footer > size - 12:
-        raise DamagedFileError(f"{path} is not a readable Parquet file (truncated? its footer says {footer:,} bytes of "
-                               f"metadata, the file has {size:,})", path)
+        raise DamagedFileError(
+            f"{path} is not a readable Parquet file (truncated? its footer says {footer:,} bytes of "
+            f"metadata, the file has {size:,})",
+            path,
+        )
     try:
         pl.read_parquet_schema(path)
     except pl.exceptions.PolarsError as exc:
-        raise DamagedFileError(f"{path} is not a readable Parquet file (its footer cannot be decoded: {_short(exc)})", path) from exc
+        raise DamagedFileError(
+            f"{path} is not a readable Parquet file (its footer cannot be decoded: {_short(exc)})", path
+        ) from exc
 
 
 def parquet_problem(path: Path, sha256: str | None = None) -> str | None:
@@ -174,7 +183,9 @@ def read_json(path: Path, default: object = None) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DamagedFileError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", path) from exc
+        raise DamagedFileError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", path
+        ) from exc
     except RecursionError as exc:
         raise DamagedFileError(f"{path} is not valid JSON (nested too deeply)", path) from exc
 
@@ -217,7 +228,12 @@ def clean_temp_files(home: Path) -> list[Path]:
     return sorted(removed)
 
 
-_DISK_FULL = ("no space left on device", "database or disk is full", "disk quota exceeded", "not enough space on the disk")
+_DISK_FULL = (
+    "no space left on device",
+    "database or disk is full",
+    "disk quota exceeded",
+    "not enough space on the disk",
+)
 
 
 def describe_os_error(exc: BaseException, path: Path | str | None = None, action: str = "writing") -> str:
@@ -277,8 +293,9 @@ class ParquetBundle:
             raise FileNotFoundError(errno.ENOENT, "a table of the manifest is missing", str(path))
         return read_parquet(path)
 
-    def write(self, tables: dict[str, pl.DataFrame], *, previous: dict | None = None, drop: set[str] = frozenset(),
-              **extra) -> dict:
+    def write(
+        self, tables: dict[str, pl.DataFrame], *, previous: dict | None = None, drop: set[str] = frozenset(), **extra
+    ) -> dict:
         """Write `tables`, keep the other tables of `previous` (except those in `drop`), publish."""
         generation = int((previous or {}).get("generation", 0)) + 1
         files = {k: v for k, v in ((previous or {}).get("tables") or {}).items() if k not in drop and k not in tables}

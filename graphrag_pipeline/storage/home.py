@@ -42,8 +42,13 @@ def read_home_record(home: Path) -> HomeRecord | None:
         return None
     if not isinstance(data, dict) or not data.get("corpus") or not data.get("method"):
         return None
-    return HomeRecord(corpus=str(data["corpus"]), method=str(data["method"]), model=data.get("model"),
-                      created_at=float(data.get("created_at") or 0), updated_at=float(data.get("updated_at") or 0))
+    return HomeRecord(
+        corpus=str(data["corpus"]),
+        method=str(data["method"]),
+        model=data.get("model"),
+        created_at=float(data.get("created_at") or 0),
+        updated_at=float(data.get("updated_at") or 0),
+    )
 
 
 def write_home_record(home: Path, corpus: str, method: str, model: str | None) -> HomeRecord:
@@ -65,8 +70,16 @@ class BuildSettings:
     notes: list[str]
 
 
-def reconcile_settings(record: HomeRecord | None, corpus: Path, corpus_explicit: bool, method: str,
-                       method_explicit: bool, *, switch_corpus: bool = False, switch_method: bool = False) -> BuildSettings:
+def reconcile_settings(
+    record: HomeRecord | None,
+    corpus: Path,
+    corpus_explicit: bool,
+    method: str,
+    method_explicit: bool,
+    *,
+    switch_corpus: bool = False,
+    switch_method: bool = False,
+) -> BuildSettings:
     """The corpus and method a build of this home uses.
 
     Without a record (a new home) the requested ones. With one: a value given on the command line
@@ -79,24 +92,33 @@ def reconcile_settings(record: HomeRecord | None, corpus: Path, corpus_explicit:
     recorded_corpus = Path(record.corpus)
     if corpus != recorded_corpus:
         if switch_corpus:
-            notes.append(f"switching this home from corpus {recorded_corpus} to {corpus}: documents that are not in "
-                         f"{corpus} are removed from the knowledge base")
+            notes.append(
+                f"switching this home from corpus {recorded_corpus} to {corpus}: documents that are not in "
+                f"{corpus} are removed from the knowledge base"
+            )
         elif corpus_explicit:
             raise SettingsConflict(
-                f"this home was built from corpus {recorded_corpus}, not {corpus}. Use --corpus {recorded_corpus} (or no "
+                f"this home was built from corpus {recorded_corpus}, not {corpus}. Use --corpus "
+                f"{recorded_corpus} (or no "
                 f"--corpus) to update it, a different --home for another knowledge base, or --switch-corpus to rebuild "
-                f"this one from {corpus} (documents not in it are removed)")
+                f"this one from {corpus} (documents not in it are removed)"
+            )
         else:
             chosen_corpus = recorded_corpus
-            notes.append(f"using this home's corpus {recorded_corpus} (GRAPHRAG_CORPUS / the default {corpus} is not "
-                         f"used for a home built from another corpus)")
+            notes.append(
+                f"using this home's corpus {recorded_corpus} (GRAPHRAG_CORPUS / the default {corpus} is not "
+                f"used for a home built from another corpus)"
+            )
     if method != record.method:
         if switch_method:
-            notes.append(f"switching this home from method {record.method} to {method}: every document is extracted again")
+            notes.append(
+                f"switching this home from method {record.method} to {method}: every document is extracted again"
+            )
         elif method_explicit:
             raise SettingsConflict(
                 f"this home was built with method {record.method}, not {method}. Use --method {record.method} (or no "
-                f"--method) to update it, or --switch-method to extract every document again with {method}")
+                f"--method) to update it, or --switch-method to extract every document again with {method}"
+            )
         else:
             chosen_method = record.method
             notes.append(f"using this home's method {record.method} (not {method} from GRAPHRAG_METHOD / the default)")
@@ -110,8 +132,10 @@ class HomeBusy(Exception):
         self.holder = holder
         pid, since = holder.get("pid"), holder.get("started_at")
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "an unknown time"
-        super().__init__(f"another build is running on this home (pid {pid}, started {started}); wait for it to "
-                         f"finish, or run with --wait to wait for it")
+        super().__init__(
+            f"another build is running on this home (pid {pid}, started {started}); wait for it to "
+            f"finish, or run with --wait to wait for it"
+        )
 
 
 class BuildLock:
@@ -127,7 +151,7 @@ class BuildLock:
         except (OSError, ValueError):
             return {}
 
-    def acquire(self, wait: bool = False, timeout_s: float | None = None, on_wait=None) -> "BuildLock":
+    def acquire(self, wait: bool = False, timeout_s: float | None = None, on_wait=None) -> BuildLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -159,7 +183,7 @@ class BuildLock:
                 os.close(self._fd)
                 self._fd = None
 
-    def __enter__(self) -> "BuildLock":
+    def __enter__(self) -> BuildLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -48,7 +48,7 @@ class Paths:
     def index_file(self) -> Path:
         return self.index_dir / "search_index.duckdb"
 
-    def ensure(self) -> "Paths":
+    def ensure(self) -> Paths:
         for p in (self.tables, self.graph_dir, self.reports_dir, self.cache_db.parent, self.index_dir):
             p.mkdir(parents=True, exist_ok=True)
         return self

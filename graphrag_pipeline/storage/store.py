@@ -14,14 +14,29 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.graph.communities import CommunityState
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 from graphrag_pipeline.reports.offline import CommunityReport
-from graphrag_pipeline.storage.files import DamagedFileError, ParquetBundle, parquet_problem, read_json, read_parquet, write_json, write_parquet
-from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
+from graphrag_pipeline.storage.files import (
+    DamagedFileError,
+    ParquetBundle,
+    parquet_problem,
+    read_json,
+    read_parquet,
+    write_json,
+    write_parquet,
+)
+from graphrag_pipeline.storage.layout import Paths
 
-CHUNK_ROWS = {"chunk_id": pl.Utf8, "doc_id": pl.Utf8, "doc": pl.Utf8, "position": pl.Int64, "text": pl.Utf8, "tokens": pl.Int64}
+CHUNK_ROWS = {
+    "chunk_id": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "doc": pl.Utf8,
+    "position": pl.Int64,
+    "text": pl.Utf8,
+    "tokens": pl.Int64,
+}
 
 # the Parquet files of each per-document asset (each also has a `<key>.json` info file, written last)
 DOC_TABLES = {"chunks": (".parquet",), "doc_subgraph": (".entities.parquet", ".relations.parquet")}
@@ -68,8 +83,10 @@ def check_partition_key(key: str) -> str:
     problem = partition_key_problem(key)
     if problem is not None:
         shown = repr(key) if not isinstance(key, str) or len(key) <= 80 else repr(key[:77]) + "..."
-        raise InvalidPartitionKey(f"invalid document partition key {shown}: {problem}. No corpus file has this key "
-                                  "(it was added by hand?); delete this partition of `documents`")
+        raise InvalidPartitionKey(
+            f"invalid document partition key {shown}: {problem}. No corpus file has this key "
+            "(it was added by hand?); delete this partition of `documents`"
+        )
     return key
 
 
@@ -84,7 +101,9 @@ class Store:
         check_partition_key(key)
         folder = self.paths.doc_dir(asset)
         path = folder / f"{key}{suffix}"
-        if os.path.dirname(os.path.normpath(path)) != os.path.normpath(folder):  # guaranteed by the check; kept as a guard
+        if os.path.dirname(os.path.normpath(path)) != os.path.normpath(
+            folder
+        ):  # guaranteed by the check; kept as a guard
             raise InvalidPartitionKey(f"invalid document partition key {key!r}: {path} is outside {folder}")
         return path
 
@@ -100,10 +119,15 @@ class Store:
         return read_parquet(self._doc_file("chunks", key, ".parquet"), CHUNK_ROWS)
 
     def write_subgraph(self, key: str, entities: pl.DataFrame, relations: pl.DataFrame, info: dict) -> None:
-        ents, rels = self._doc_file("doc_subgraph", key, ".entities.parquet"), self._doc_file("doc_subgraph", key, ".relations.parquet")
+        ents, rels = (
+            self._doc_file("doc_subgraph", key, ".entities.parquet"),
+            self._doc_file("doc_subgraph", key, ".relations.parquet"),
+        )
         info_file = self._doc_file("doc_subgraph", key, ".json")
-        checksums = {".entities.parquet": write_parquet(entities, ents, checksum=True),
-                     ".relations.parquet": write_parquet(relations, rels, checksum=True)}
+        checksums = {
+            ".entities.parquet": write_parquet(entities, ents, checksum=True),
+            ".relations.parquet": write_parquet(relations, rels, checksum=True),
+        }
         write_json({**info, "checksums": checksums}, info_file)
 
     def subgraph_info(self, key: str) -> dict | None:
@@ -141,18 +165,24 @@ class Store:
             checksums = checksums if isinstance(checksums, dict) else {}
             for suffix in suffixes:
                 expected = checksums.get(suffix)
-                found = parquet_problem(self._doc_file(asset, key, suffix), expected if isinstance(expected, str) else None)
+                found = parquet_problem(
+                    self._doc_file(asset, key, suffix), expected if isinstance(expected, str) else None
+                )
                 if found:
                     problems.append(found)
         chunks, sub = infos["chunks"], infos["doc_subgraph"]
         if chunks is not None and sub is not None:
             if sub.get("content_hash") != chunks.get("content_hash"):
-                problems.append(f"{self._doc_file('doc_subgraph', key, '.json')} was extracted from content "
-                                f"{sub.get('content_hash')}, but {self._doc_file('chunks', key, '.json')} holds the chunks "
-                                f"of content {chunks.get('content_hash')}")
+                problems.append(
+                    f"{self._doc_file('doc_subgraph', key, '.json')} was extracted from content "
+                    f"{sub.get('content_hash')}, but {self._doc_file('chunks', key, '.json')} holds the chunks "
+                    f"of content {chunks.get('content_hash')}"
+                )
             if method is not None and sub.get("method") != method:
-                problems.append(f"{self._doc_file('doc_subgraph', key, '.json')} was extracted with method "
-                                f"{sub.get('method')!r}, not {method!r}")
+                problems.append(
+                    f"{self._doc_file('doc_subgraph', key, '.json')} was extracted with method "
+                    f"{sub.get('method')!r}, not {method!r}"
+                )
         return problems
 
     def _read_many(self, files: list[Path], schema: dict) -> pl.DataFrame:
@@ -265,10 +295,20 @@ class Store:
     # as one bundle; communities.parquet, which the other stages read, is written after it.
     def write_community_state(self, state: CommunityState) -> None:
         bundle = ParquetBundle(self.paths.graph_dir, "communities-state")
-        bundle.write({"table": state.table, "edges": state.edges, "bases": state.bases, "history": state.history,
-                      "nodes": state.nodes},
-                     previous=bundle.manifest(), settings=state.settings, retired=sorted(state.retired),
-                     clustering_generation=state.generation, hash_scheme=state.hash_scheme)
+        bundle.write(
+            {
+                "table": state.table,
+                "edges": state.edges,
+                "bases": state.bases,
+                "history": state.history,
+                "nodes": state.nodes,
+            },
+            previous=bundle.manifest(),
+            settings=state.settings,
+            retired=sorted(state.retired),
+            clustering_generation=state.generation,
+            hash_scheme=state.hash_scheme,
+        )
         self.write_communities(state.table)
 
     def read_community_state(self) -> CommunityState | None:
@@ -279,9 +319,12 @@ class Store:
             return None
         try:
             return CommunityState(
-                table=bundle.read(manifest, "table"), edges=bundle.read(manifest, "edges"),
-                bases=bundle.read(manifest, "bases"), history=bundle.read(manifest, "history"),
-                generation=int(manifest["clustering_generation"]), settings=manifest.get("settings", {}),
+                table=bundle.read(manifest, "table"),
+                edges=bundle.read(manifest, "edges"),
+                bases=bundle.read(manifest, "bases"),
+                history=bundle.read(manifest, "history"),
+                generation=int(manifest["clustering_generation"]),
+                settings=manifest.get("settings", {}),
                 retired=set(manifest.get("retired", [])),
                 nodes=bundle.read(manifest, "nodes") if "nodes" in manifest["tables"] else pl.DataFrame(),
                 hash_scheme=manifest.get("hash_scheme", ""),

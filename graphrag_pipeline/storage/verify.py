@@ -19,8 +19,11 @@ from graphrag_pipeline.storage.files import DamagedFileError, verify_parquet
 
 
 def _graph_files(paths) -> list[Path]:
-    return [paths.graph_dir / f"{name}.{part}.parquet" for name in ("knowledge_graph", "resolved_graph")
-            for part in ("nodes", "edges")] + [paths.graph_dir / "communities.parquet"]
+    return [
+        paths.graph_dir / f"{name}.{part}.parquet"
+        for name in ("knowledge_graph", "resolved_graph")
+        for part in ("nodes", "edges")
+    ] + [paths.graph_dir / "communities.parquet"]
 
 
 def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
@@ -39,8 +42,9 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
             problems.append(str(exc))
     missing = [k for k in report_ids if not store.has_report(k)]
     if missing:
-        problems.append(f"{len(missing)} community reports are missing from {paths.reports_dir} "
-                        f"(e.g. {missing[0]}.json)")
+        problems.append(
+            f"{len(missing)} community reports are missing from {paths.reports_dir} (e.g. {missing[0]}.json)"
+        )
     if report_ids and read_meta(paths.index_file) is None:
         problems.append(f"the search index {paths.index_file} is missing or cannot be read")
     return problems
@@ -65,7 +69,9 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
             if store.read_report(cid) is None:
                 problems.append(f"{paths.reports_dir / (cid + '.json')} is missing")
         except (DamagedFileError, TypeError, ValueError) as exc:
-            problems.append(str(exc) if isinstance(exc, DamagedFileError) else f"{paths.reports_dir / (cid + '.json')}: {exc}")
+            problems.append(
+                str(exc) if isinstance(exc, DamagedFileError) else f"{paths.reports_dir / (cid + '.json')}: {exc}"
+            )
     if problems:
         return problems
     if not paths.index_file.exists():

@@ -37,6 +37,12 @@ def index_embedder(meta: dict, dim: int, client: EmbeddingClient | None = None) 
     return EndpointEmbedder(client)
 
 
+# the columns of the rows each read returns (the same keys as es_reader.EsIndex fills)
+ENT_COLS = "key, name, type, description, pagerank, source_ids, doc_ids"
+REL_COLS = "source_key, target_key, source, target, description, weight, source_ids"
+REP_COLS = "community_id, level, title, summary, rating, weight, documents, text"
+
+
 class DuckDBIndex:
     """The search index as published by the `search_index` asset (opened read-only); implements
     index/protocol.SearchIndex."""
@@ -71,10 +77,10 @@ class DuckDBIndex:
             self.preload()
 
     _IN_MEMORY = {
-        "entities": ("key, name, type, description, pagerank", ("key",)),
-        "relations": ("source_key, target_key, source, target, description, weight", ("source_key", "target_key")),
-        "community_reports": ("community_id, level, title, summary, rating, text", ("community_id",)),
-        "chunks": ("chunk_id, doc, position, text", ("chunk_id",)),
+        "entities": (ENT_COLS, ("key",)),
+        "relations": (REL_COLS, ("source_key", "target_key")),
+        "community_reports": (REP_COLS, ("community_id",)),
+        "chunks": ("chunk_id, doc_id, doc, position, text", ("chunk_id",)),
     }
 
     def preload(self) -> None:
@@ -101,6 +107,9 @@ class DuckDBIndex:
         for i, r in enumerate(report_rows):
             for key in keys_of.get(r["community_id"]) or []:
                 self._reports_of.setdefault(key, []).append(i)
+        self._chunks_of: dict[str, list[int]] = {}
+        for i, r in enumerate(self._memory["chunks"][0]):
+            self._chunks_of.setdefault(r["chunk_id"], []).append(i)
         self._pool = self.type_pool()
 
     def _top(self, table: str, vector: np.ndarray, k: int, threshold: float, order) -> list[dict]:
@@ -137,7 +146,7 @@ class DuckDBIndex:
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
         if "entities" in self._memory:
             return self._top("entities", vector, k, threshold, lambda r: (-r["sim"], r["key"]))
-        sql = f"""SELECT key, name, type, description, pagerank,
+        sql = f"""SELECT {ENT_COLS},
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM entities WHERE sim >= ? ORDER BY sim DESC, key LIMIT ?"""
         return self._rows(sql, [vector.tolist(), threshold, k])
@@ -146,8 +155,7 @@ class DuckDBIndex:
         if not types:
             return []
         return self._rows(
-            "SELECT key, name, type, description, pagerank FROM entities WHERE type IN (SELECT unnest(?)) ORDER "
-            "BY pagerank DESC, key LIMIT ?",
+            f"SELECT {ENT_COLS} FROM entities WHERE type IN (SELECT unnest(?)) ORDER BY pagerank DESC, key LIMIT ?",
             [types, k],
         )
 
@@ -178,9 +186,7 @@ class DuckDBIndex:
             return []
         if self._memory:
             return [dict(self._by_key[k]) for k in dict.fromkeys(keys) if k in self._by_key]
-        return self._rows(
-            "SELECT key, name, type, description, pagerank FROM entities WHERE key IN (SELECT unnest(?))", [keys]
-        )
+        return self._rows(f"SELECT {ENT_COLS} FROM entities WHERE key IN (SELECT unnest(?))", [keys])
 
     def nhop(self, keys: list[str]) -> list[dict]:
         if not keys:
@@ -197,7 +203,7 @@ class DuckDBIndex:
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
         if "relations" in self._memory:
             return self._top("relations", vector, k, threshold, lambda r: (-r["sim"], r["source_key"], r["target_key"]))
-        sql = f"""SELECT source_key, target_key, source, target, description, weight,
+        sql = f"""SELECT {REL_COLS},
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM relations WHERE sim >= ? ORDER BY sim DESC, source_key, target_key LIMIT ?"""
         return self._rows(sql, [vector.tolist(), threshold, k])
@@ -209,8 +215,7 @@ class DuckDBIndex:
             return [dict(self._rel_by_pair[p]) for p in dict.fromkeys(pairs) if p in self._rel_by_pair]
         keys = [f"{a}\x00{b}" for a, b in pairs]
         return self._rows(
-            "SELECT source_key, target_key, source, target, description, weight FROM relations "
-            "WHERE source_key || chr(0) || target_key IN (SELECT unnest(?))",
+            f"SELECT {REL_COLS} FROM relations WHERE source_key || chr(0) || target_key IN (SELECT unnest(?))",
             [keys],
         )
 
@@ -226,7 +231,7 @@ class DuckDBIndex:
             found = [{**rows[i], "hits": n} for i, n in hits.items()]
             return sorted(found, key=lambda r: (-r["hits"], -r["rating"], r["community_id"]))[:k]
         return self._rows(
-            """SELECT community_id, level, title, summary, rating, text,
+            f"""SELECT {REP_COLS},
                       len(list_intersect(entity_keys, ?)) AS hits
                FROM community_reports WHERE hits > 0 ORDER BY hits DESC, rating DESC, community_id LIMIT ?""",
             [keys, k],
@@ -237,17 +242,59 @@ class DuckDBIndex:
             return self._top(
                 "community_reports", vector, k, -2.0, lambda r: (-r["sim"], -r["rating"], r["community_id"])
             )
-        sql = f"""SELECT community_id, level, title, summary, rating, text,
+        sql = f"""SELECT {REP_COLS},
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM community_reports ORDER BY sim DESC, rating DESC, community_id LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
+
+    def reports_by_importance(self, vector: np.ndarray, k: int) -> list[dict]:
+        """The k most important reports: broadest level first, then rating, then community weight;
+        similarity to the question breaks ties."""
+        order = lambda r: (r["level"], -r["rating"], -r["weight"], -r["sim"], r["community_id"])  # noqa: E731
+        if "community_reports" in self._memory:
+            rows, matrix = self._memory["community_reports"]
+            if not rows or k <= 0:
+                return []
+            sims = np.round((matrix @ np.asarray(vector, dtype=np.float32)).astype(np.float64), 6)
+            return sorted(({**r, "sim": float(sims[i])} for i, r in enumerate(rows)), key=order)[:k]
+        sql = f"""SELECT {REP_COLS},
+                         round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
+                  FROM community_reports
+                  ORDER BY level, rating DESC, weight DESC, sim DESC, community_id LIMIT ?"""
+        return self._rows(sql, [vector.tolist(), k])
+
+    def chunks_by_ids(self, chunk_ids: list[str], text: bool = False) -> list[dict]:
+        """Where these chunks are: one row per (chunk, document) with the chunk's first position
+        there (and its text when asked), ordered by chunk id and document."""
+        if not chunk_ids:
+            return []
+        if "chunks" in self._memory:
+            rows = self._memory["chunks"][0]
+            found: dict[tuple[str, str], dict] = {}
+            for cid in set(chunk_ids):
+                for i in self._chunks_of.get(cid, []):
+                    r = rows[i]
+                    have = found.get((cid, r["doc_id"]))
+                    if have is None or r["position"] < have["position"]:
+                        found[(cid, r["doc_id"])] = r
+            out = [dict(found[k]) for k in sorted(found)]
+            if not text:
+                for r in out:
+                    r.pop("text")
+            return out
+        extra = ", first(text ORDER BY position) AS text" if text else ""
+        return self._rows(
+            f"""SELECT chunk_id, doc_id, first(doc) AS doc, min(position) AS position{extra} FROM chunks
+                WHERE chunk_id IN (SELECT unnest(?)) GROUP BY chunk_id, doc_id ORDER BY chunk_id, doc_id""",
+            [list(set(chunk_ids))],
+        )
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         if "chunks" in self._memory:
             return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))
         # an identical chunk in two documents ties on (sim, chunk_id): document and position decide,
         # not the storage order
-        sql = f"""SELECT chunk_id, doc, position, text,
+        sql = f"""SELECT chunk_id, doc_id, doc, position, text,
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM chunks ORDER BY sim DESC, chunk_id, doc, position LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])

@@ -38,6 +38,9 @@ class EsIndex:
         self.meta = json.loads(meta_doc["content_with_weight"]) if meta_doc else {}
         self.dim = int(self.meta.get("embedding_dim", 0))
         self.vf = vector_field(self.dim)
+        self._pool: dict[str, list[str]] | None = None
+        # the n-hop paths that came with the last entity recall (nhop() then needs no request)
+        self._nhop_cache: dict[str, list[dict]] = {}
 
     # -- plumbing -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -60,14 +63,30 @@ class EsIndex:
             raise self.cfg.error("searching", exc) from None
         return res["hits"]["hits"]
 
-    def _knn(self, kind: str, vector: np.ndarray, k: int, fields: list[str]) -> list[tuple[float, dict]]:
+    def _msearch(self, bodies: list[dict]) -> list[list[dict]]:
+        """Several searches in one request; the hits of each, in order."""
+        try:
+            res = self.es.msearch(index=self.cfg.alias, searches=[x for b in bodies for x in ({}, b)])
+        except Exception as exc:  # noqa: BLE001
+            raise self.cfg.error("searching", exc) from None
+        out = []
+        for r in res["responses"]:
+            if "error" in r:
+                raise self.cfg.error("searching", RuntimeError(json.dumps(r["error"])[:400]))
+            out.append(r["hits"]["hits"])
+        return out
+
+    def _knn(
+        self, kind: str, vector: np.ndarray, k: int, fields: list[str], extra_filter: dict | None = None
+    ) -> list[tuple[float, dict]]:
+        filters = [{"term": {KG: kind}}] + ([extra_filter] if extra_filter else [])
         hits = self._search(
             knn={
                 "field": self.vf,
                 "query_vector": [float(x) for x in vector],
                 "k": k,
-                "num_candidates": max(100, 4 * k),
-                "filter": {"term": {KG: kind}},
+                "num_candidates": min(10000, max(100, 4 * k)),
+                "filter": {"bool": {"filter": filters}},
             },
             source=fields,
             size=k,
@@ -92,9 +111,19 @@ class EsIndex:
             "type": src["entity_type_kwd"],
             "description": src.get("content_with_weight", ""),
             "pagerank": float(src.get("rank_flt", 0.0)),
+            "source_ids": list(src.get("source_id") or []),
+            "doc_ids": list(src.get("doc_ids_kwd") or []),
         }
 
-    _ENT_FIELDS = ["entity_key_kwd", "entity_kwd", "entity_type_kwd", "content_with_weight", "rank_flt"]
+    _ENT_FIELDS = [
+        "entity_key_kwd",
+        "entity_kwd",
+        "entity_type_kwd",
+        "content_with_weight",
+        "rank_flt",
+        "source_id",
+        "doc_ids_kwd",
+    ]
     _REL_FIELDS = [
         "from_key_kwd",
         "to_key_kwd",
@@ -102,6 +131,7 @@ class EsIndex:
         "to_entity_kwd",
         "content_with_weight",
         "weight_flt",
+        "source_id",
     ]
     _REP_FIELDS = [
         "community_id_kwd",
@@ -109,6 +139,8 @@ class EsIndex:
         "docnm_kwd",
         "summary",
         "rating_flt",
+        "community_weight_flt",
+        "documents_kwd",
         "content_with_weight",
         "entity_keys_kwd",
     ]
@@ -122,6 +154,7 @@ class EsIndex:
             "target": src["to_entity_kwd"],
             "description": src.get("content_with_weight", ""),
             "weight": float(src.get("weight_flt", 0.0)),
+            "source_ids": list(src.get("source_id") or []),
         }
 
     @staticmethod
@@ -132,16 +165,24 @@ class EsIndex:
             "title": src["docnm_kwd"],
             "summary": src.get("summary", ""),
             "rating": float(src.get("rating_flt", 0.0)),
+            "weight": float(src.get("community_weight_flt", 0.0)),
+            "documents": list(src.get("documents_kwd") or []),
             "text": src.get("content_with_weight", ""),
         }
 
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
-        rows = [
-            {**self._entity(src), "sim": sim}
-            for sim, src in self._knn("entity", vector, k + 8, self._ENT_FIELDS)
-            if sim >= threshold
-        ]
+        # the n-hop paths of the recalled entities come along (local search asks for them next)
+        hits = self._knn("entity", vector, k + 8, self._ENT_FIELDS + ["n_hop_with_weight"])
+        self._nhop_cache = {src["entity_key_kwd"]: self._paths(src) for _, src in hits}
+        rows = [{**self._entity(src), "sim": sim} for sim, src in hits if sim >= threshold]
         return sorted(rows, key=lambda r: (-r["sim"], r["key"]))[:k]
+
+    @staticmethod
+    def _paths(src: dict) -> list[dict]:
+        return [
+            {"entity_key": src["entity_key_kwd"], "path": p["path"], "weights": p["weights"]}
+            for p in src.get("n_hop_with_weight") or []
+        ]
 
     def entities_by_types(self, types: list[str], k: int) -> list[dict]:
         if not types:
@@ -164,29 +205,27 @@ class EsIndex:
         if not types or not candidates:
             return set()
         type_filter = [{"term": {KG: "entity"}}, {"terms": {"entity_type_kwd": types}}]
-        total = self.es.count(index=self.cfg.alias, query={"bool": {"filter": type_filter}})["count"]
-        if total <= k:  # every entity of these types is in the top k: only the candidates are needed
-            hits = self._search(
-                query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
-                source=["entity_key_kwd"],
-                size=len(candidates),
-            )
+        # one request: the k-th entity of these types in (PageRank desc, key) order, which bounds the
+        # top k (none: fewer than k, so all are in), and the candidates of these types
+        kth, hits = self._msearch(
+            [
+                {
+                    "query": {"bool": {"filter": type_filter}},
+                    "_source": ["entity_key_kwd", "rank_flt"],
+                    "sort": [{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}],
+                    "from": k - 1,
+                    "size": 1,
+                },
+                {
+                    "query": {"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
+                    "_source": ["entity_key_kwd", "rank_flt"],
+                    "size": len(candidates),
+                },
+            ]
+        )
+        if not kth:
             return {h["_source"]["entity_key_kwd"] for h in hits}
-        # the k-th entity of these types in (PageRank desc, key) order bounds the top k; then only the
-        # candidates need fetching (no 10,000-document download)
-        kth = self._search(
-            query={"bool": {"filter": type_filter}},
-            source=["entity_key_kwd", "rank_flt"],
-            sort=[{"rank_flt": "desc"}, {"entity_key_kwd": "asc"}],
-            from_=k - 1,
-            size=1,
-        )
         bound = (-float(kth[0]["_source"]["rank_flt"]), kth[0]["_source"]["entity_key_kwd"])
-        hits = self._search(
-            query={"bool": {"filter": type_filter + [{"terms": {"entity_key_kwd": candidates}}]}},
-            source=["entity_key_kwd", "rank_flt"],
-            size=len(candidates),
-        )
         return {
             h["_source"]["entity_key_kwd"]
             for h in hits
@@ -201,10 +240,11 @@ class EsIndex:
     def nhop(self, keys: list[str]) -> list[dict]:
         if not keys:
             return []
+        if set(keys) <= self._nhop_cache.keys():
+            return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop_cache[k]]
         out = []
         for src in self._terms("entity", "entity_key_kwd", keys, ["entity_key_kwd", "n_hop_with_weight"]):
-            for p in src.get("n_hop_with_weight") or []:
-                out.append({"entity_key": src["entity_key_kwd"], "path": p["path"], "weights": p["weights"]})
+            out += self._paths(src)
         return out
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
@@ -242,11 +282,66 @@ class EsIndex:
         ]
         return sorted(rows, key=lambda r: (-r["sim"], -r["rating"], r["community_id"]))[:k]
 
+    def reports_by_importance(self, vector: np.ndarray, k: int) -> list[dict]:
+        """As DuckDBIndex.reports_by_importance: (level, -rating, -weight) by a sorted search, the
+        reports tied at the k-th place fetched too, then their similarities by one filtered kNN."""
+        if k <= 0:
+            return []
+        key = lambda r: (r["level"], -r["rating"], -r["weight"])  # noqa: E731
+        sort = [
+            {"level_int": "asc"},
+            {"rating_flt": "desc"},
+            {"community_weight_flt": "desc"},
+            {"community_id_kwd": "asc"},
+        ]
+        query = {"bool": {"filter": [{"term": {KG: "community_report"}}]}}
+        size = k + 32
+        hits = self._search(query=query, source=self._REP_FIELDS, sort=sort, size=size)
+        rows = [self._report(h["_source"]) for h in hits]
+        while len(hits) == size and len(rows) > k and key(rows[-1]) == key(rows[k - 1]):
+            hits = self._search(
+                query=query, source=self._REP_FIELDS, sort=sort, size=size, search_after=hits[-1]["sort"]
+            )
+            rows += [self._report(h["_source"]) for h in hits]
+        if len(rows) > k:
+            cut = key(sorted(rows, key=key)[k - 1])
+            rows = [r for r in rows if key(r) <= cut]
+        ids = [r["community_id"] for r in rows]
+        sims = {
+            src["community_id_kwd"]: sim
+            for sim, src in self._knn(
+                "community_report", vector, len(ids), ["community_id_kwd"], {"terms": {"community_id_kwd": ids}}
+            )
+        }
+        rows = [{**r, "sim": sims.get(r["community_id"], -1.0)} for r in rows]
+        return sorted(rows, key=lambda r: (*key(r), -r["sim"], r["community_id"]))[:k]
+
+    def chunks_by_ids(self, chunk_ids: list[str], text: bool = False) -> list[dict]:
+        """As DuckDBIndex.chunks_by_ids: one row per (chunk, document), its first position there."""
+        if not chunk_ids:
+            return []
+        fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int"] + (["content"] if text else [])
+        found: dict[tuple[str, str], dict] = {}
+        for s in self._terms("chunk", "chunk_id_kwd", list(set(chunk_ids)), fields):
+            row = {
+                "chunk_id": s["chunk_id_kwd"],
+                "doc_id": s["doc_id_kwd"],
+                "doc": s["docnm_kwd"],
+                "position": s["position_int"],
+            }
+            if text:
+                row["text"] = s["content"]
+            have = found.get((row["chunk_id"], row["doc_id"]))
+            if have is None or row["position"] < have["position"]:
+                found[(row["chunk_id"], row["doc_id"])] = row
+        return [found[k] for k in sorted(found)]
+
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
-        hits = self._knn("chunk", vector, k + 8, ["chunk_id_kwd", "docnm_kwd", "position_int", "content"])
+        hits = self._knn("chunk", vector, k + 8, ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int", "content"])
         rows = [
             {
                 "chunk_id": s["chunk_id_kwd"],
+                "doc_id": s["doc_id_kwd"],
                 "doc": s["docnm_kwd"],
                 "position": s["position_int"],
                 "text": s["content"],
@@ -275,8 +370,10 @@ class EsIndex:
         ]
 
     def type_pool(self) -> dict[str, list[str]]:
-        doc = self._get("ty2ents")
-        return json.loads(doc["content_with_weight"]) if doc else {}
+        if self._pool is None:  # read once per opened index, as its meta
+            doc = self._get("ty2ents")
+            self._pool = json.loads(doc["content_with_weight"]) if doc else {}
+        return self._pool
 
     def counts(self) -> dict[str, int]:
         return dict(self.meta.get("counts", {}))

@@ -29,7 +29,7 @@ import polars as pl
 from graphrag_pipeline.index.records import NHOP_ORDER_SQL
 from graphrag_pipeline.urls import redact_url
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: documents_kwd on community reports (their sources)
 KG = "knowledge_graph_kwd"
 
 
@@ -126,6 +126,7 @@ def mappings(dim: int) -> dict:
             "docnm_kwd": kw,
             "entities_kwd": kw,
             "entity_keys_kwd": kw,
+            "documents_kwd": kw,
             "rating_flt": {"type": "float"},
             "community_weight_flt": {"type": "float"},
             "chunk_id_kwd": kw,
@@ -207,6 +208,7 @@ def build_documents(tables: dict[str, pl.DataFrame], meta: dict) -> dict[str, di
             "findings_json": c["findings"],
             "entities_kwd": list(c["entity_names"] or []),
             "entity_keys_kwd": list(c["entity_keys"] or []),
+            "documents_kwd": list(c.get("documents") or []),
             "extractive": bool(c["extractive"]),
             vf: _vec(c["embedding"]),
         }

@@ -4,7 +4,9 @@
 (duckdb_reader.DuckDBIndex) and the Elasticsearch reader (es_reader.EsIndex) both implement it, and
 graphrag_pipeline_tests/test_protocols.py checks that their signatures match these.
 
-Rows are plain dicts (the keys each backend fills are the same: see the readers)."""
+Rows are plain dicts (the keys each backend fills are the same: see the readers). Entity rows carry
+`source_ids` (chunk ids) and `doc_ids` (document keys), relation rows `source_ids`, report rows
+`documents` (corpus paths): the sources a result cites."""
 
 from __future__ import annotations
 
@@ -61,6 +63,14 @@ class SearchIndex(Protocol):
 
     def reports_for_entities(self, keys: list[str], k: int) -> list[dict]: ...
 
-    def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]: ...
+    def reports_by_importance(self, vector: np.ndarray, k: int) -> list[dict]:
+        """The k reports of the broadest level, highest rating, highest community weight first; the
+        similarity to `vector` (returned as `sim`) breaks ties."""
+        ...
+
+    def chunks_by_ids(self, chunk_ids: list[str], text: bool = False) -> list[dict]:
+        """One row per (chunk, document) holding it: chunk_id, doc_id, doc (corpus path), its first
+        position there (and text when asked), ordered by chunk id and document key."""
+        ...
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]: ...

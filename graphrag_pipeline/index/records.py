@@ -58,6 +58,7 @@ COLUMNS = {
         "weight",
         "extractive",
         "text",
+        "documents",
     ),
     "chunks": ("chunk_id", "doc_id", "doc", "position", "text"),
     "nhop": ("entity_key", "path", "weights"),
@@ -76,7 +77,10 @@ REPORT_SCHEMA = {
     "weight": pl.Float64,
     "extractive": pl.Boolean,
     "text": pl.Utf8,
+    "documents": pl.List(pl.Utf8),
 }
+# a report's sources: the documents its members come from, those behind the most members first
+REPORT_MAX_DOCUMENTS = 10
 NHOP_SCHEMA = {"entity_key": pl.Utf8, "path": pl.List(pl.Utf8), "weights": pl.List(pl.Float64)}
 
 
@@ -271,9 +275,12 @@ def collect_reports(
     return reports, missing
 
 
-def _report_rows(reports: list[CommunityReport], communities: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
-    """One row per report: its text, the community's members (keys and names) and weight. Columnar:
-    thousands of reports are assembled without a Python dict per row."""
+def _report_rows(
+    reports: list[CommunityReport], communities: pl.DataFrame, nodes: pl.DataFrame, chunks: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """One row per report: its text, the community's members (keys and names), weight and documents
+    (corpus paths of the members' documents, most members first, at most REPORT_MAX_DOCUMENTS).
+    Columnar: thousands of reports are assembled without a Python dict per row."""
     base = pl.DataFrame(
         {
             "community_id": [r.community_id for r in reports],
@@ -316,8 +323,34 @@ def _report_rows(reports: list[CommunityReport], communities: pl.DataFrame, node
         .agg(pl.coalesce("name", "key").alias("entity_names"))
     )
     empty = pl.lit([], dtype=pl.List(pl.Utf8))
-    out = out.join(members, on="_i", how="left", maintain_order="left").with_columns(
-        pl.col("entity_keys").fill_null(empty), pl.col("entity_names").fill_null(empty), pl.col("weight").fill_null(0.0)
+    paths = (
+        chunks.select("doc_id", "doc").unique("doc_id", keep="first")
+        if chunks is not None and chunks.height
+        else pl.DataFrame(schema={"doc_id": pl.Utf8, "doc": pl.Utf8})
+    )
+    documents = (
+        out.select("_i", pl.col("entity_keys").alias("key"))
+        .explode("key")
+        .drop_nulls("key")
+        .join(nodes.select("key", "doc_ids").unique("key", keep="last"), on="key", how="inner")
+        .explode("doc_ids")
+        .drop_nulls("doc_ids")
+        .join(paths, left_on="doc_ids", right_on="doc_id", how="inner")
+        .group_by("_i", "doc")
+        .agg(pl.len().alias("n"))
+        .sort(["_i", "n", "doc"], descending=[False, True, False])
+        .group_by("_i", maintain_order=True)
+        .agg(pl.col("doc").head(REPORT_MAX_DOCUMENTS).alias("documents"))
+    )
+    out = (
+        out.join(members, on="_i", how="left", maintain_order="left")
+        .join(documents, on="_i", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("entity_keys").fill_null(empty),
+            pl.col("entity_names").fill_null(empty),
+            pl.col("weight").fill_null(0.0),
+            pl.col("documents").fill_null(empty),
+        )
     )
     return out.select(list(REPORT_SCHEMA)).cast(REPORT_SCHEMA)
 
@@ -360,7 +393,7 @@ def build_index_rows(
     )
     relations = edges.select(*COLUMNS["relations"])
 
-    reports_df = _report_rows(reports, communities, nodes)
+    reports_df = _report_rows(reports, communities, nodes, chunks)
     chunk_df = chunks.select(*COLUMNS["chunks"])
     nhop_df = nhop_paths(edges) if nhop else pl.DataFrame(schema=NHOP_SCHEMA)
     ty2ents = (

@@ -4,7 +4,14 @@ Local search follows RAGFlow's KGSearch: entity recall by embedding similarity o
 entities, type recall from the query's answer types, relation recall by embedding similarity of the
 question, n-hop paths whose similarity decays by 1/(2+i) along the path, ranking by similarity x
 PageRank (x edge weight for relations), a token budget, and the best community report of the hit
-entities. Global search ranks community reports for the question. Naive search ranks chunks.
+entities. Global search ranks community reports by importance (level, rating, weight; similarity
+breaks ties). Naive search ranks chunks. Mix search puts local search's graph context, the source
+chunks of its hit entities and relations, and the chunks most similar to the question in one budget.
+
+Every entity, relation, report and chunk of a result carries `sources`: dicts with `doc` (the
+corpus path), `chunk` (its 1-based number in the document; None for a report's documents) and
+`chunk_id`. The context cites them as `[doc: notes/a.txt, chunk 3]` (or `[doc: notes/a.txt]`), the
+form the answer prompt asks the LLM to cite in; `citations()` parses them back.
 """
 
 from __future__ import annotations
@@ -17,7 +24,11 @@ from graphrag_pipeline.index.protocol import SearchIndex
 from graphrag_pipeline.ingest.tokens import count_tokens, truncate_tokens
 from graphrag_pipeline.llm.protocol import ChatClient, QueryClient
 
-MODES = ("local", "global", "naive")
+MODES = ("mix", "local", "global", "naive")
+DEFAULT_MODE = "mix"
+MAX_SOURCES = 5  # chunk references shown per entity or relation
+_SOURCE_LOOKUP = 20  # chunk ids looked up per entity or relation (a hub names thousands)
+_CITATION = re.compile(r"\[doc: (.+?)(?:, chunk (\d+))?\]")
 
 _TYPE_HINTS = {
     "PERSON": ("who", "whom", "whose", "person", "people", "scientist", "谁", "人物"),
@@ -43,6 +54,23 @@ class SearchParams:
     chunk_topn: int = 5
 
 
+# what each SearchParams field means (the CLI's flags are made from these)
+PARAM_HELP = {
+    "max_tokens": "token budget of the context",
+    "ent_topn": "entities kept (local, mix)",
+    "rel_topn": "relations kept (local, mix)",
+    "comm_topn": "community reports of the hit entities (local, mix)",
+    "ent_sim_threshold": "minimum similarity of a recalled entity",
+    "rel_sim_threshold": "minimum similarity of a recalled relation",
+    "ent_candidates": "entities recalled by similarity before ranking",
+    "rel_candidates": "relations recalled by similarity before ranking",
+    "global_topn": "community reports kept (global)",
+    "global_map_topn": "community reports mapped by the LLM (global --answer)",
+    "global_min_score": "minimum importance of a mapped point (global --answer)",
+    "chunk_topn": "chunks kept (naive); chunks from each of similarity and the graph (mix)",
+}
+
+
 @dataclass
 class QueryResult:
     mode: str
@@ -58,6 +86,61 @@ class QueryResult:
         d = asdict(self)
         d.pop("analysis")
         return d
+
+    def is_empty(self) -> bool:
+        return not (self.entities or self.relations or self.community_reports or self.chunks)
+
+    def sources(self) -> list[dict]:
+        """Every source of every item, once, in order of appearance."""
+        seen, out = set(), []
+        for items in (self.entities, self.relations, self.community_reports, self.chunks):
+            for item in items:
+                for src in item.get("sources", []):
+                    key = (src["doc"], src.get("chunk"))
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(src)
+        return out
+
+
+def cite(source: dict) -> str:
+    """A source as the context writes it and the answer should cite it."""
+    if source.get("chunk") is None:
+        return f"[doc: {source['doc']}]"
+    return f"[doc: {source['doc']}, chunk {source['chunk']}]"
+
+
+def citations(text: str) -> list[tuple[str, int | None]]:
+    """The (document, chunk number or None) pairs cited in `text` in the `cite` format."""
+    return [(m.group(1), int(m.group(2)) if m.group(2) else None) for m in _CITATION.finditer(text or "")]
+
+
+def _chunk_source(row: dict) -> dict:
+    return {"doc": row["doc"], "chunk": int(row["position"]) + 1, "chunk_id": row["chunk_id"]}
+
+
+def _report_sources(row: dict) -> list[dict]:
+    return [{"doc": d, "chunk": None, "chunk_id": None} for d in row.get("documents") or []]
+
+
+def _locate(index: SearchIndex, items: list[tuple[list[str], list[str] | None]]) -> list[list[dict]]:
+    """For each (chunk ids, allowed document keys or None) the located chunk rows, ordered by
+    document and position; one index request for all of them."""
+    wanted = {cid for ids, _ in items for cid in (ids or [])[:_SOURCE_LOOKUP]}
+    by_id: dict[str, list[dict]] = defaultdict(list)
+    for row in index.chunks_by_ids(sorted(wanted)):
+        by_id[row["chunk_id"]].append(row)
+    out = []
+    for ids, docs in items:
+        allowed = set(docs) if docs else None
+        rows = [
+            r
+            for cid in (ids or [])[:_SOURCE_LOOKUP]
+            for r in by_id.get(cid, [])
+            if allowed is None or r["doc_id"] in allowed
+        ]
+        out.append(sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"])))
+    return out
 
 
 @dataclass
@@ -120,14 +203,10 @@ def analyze_question_llm(client: ChatClient, question: str, type_pool: dict[str,
     return QueryAnalysis(types[:3], ents[:5] or [question])
 
 
-def local_search(
-    index: SearchIndex,
-    question: str,
-    params: SearchParams | None = None,
-    analysis: QueryAnalysis | None = None,
-    client: QueryClient | None = None,
-) -> QueryResult:
-    p = params or SearchParams()
+def _graph_recall(
+    index: SearchIndex, question: str, p: SearchParams, analysis: QueryAnalysis | None, client: QueryClient | None
+) -> tuple[list[dict], list[dict], QueryAnalysis]:
+    """KGSearch: the ranked entities and relations (before the token budget) and the analysis."""
     embedder = index.embedder(client)
     if analysis is None and client is not None:
         analysis = analyze_question_llm(client, question, index.type_pool())
@@ -173,29 +252,158 @@ def local_search(
     rel_rank = sorted(rels.values(), key=lambda r: (-r["sim"] * r["pagerank"], r["source_key"], r["target_key"]))[
         : p.rel_topn
     ]
+    # where they come from: one lookup for all of them
+    located = _locate(
+        index, [(e["source_ids"], e["doc_ids"]) for e in ent_rank] + [(r["source_ids"], None) for r in rel_rank]
+    )
+    for item, rows in zip(ent_rank + rel_rank, located):
+        item["located"] = rows
+        item["sources"] = [_chunk_source(r) for r in rows[:MAX_SOURCES]]
+    return ent_rank, rel_rank, analysis
 
+
+def _entity_line(e: dict) -> str:
+    return f"{e['name']},{e['type']},{_one_line(e['description'])},{_cites(e)}"
+
+
+def _relation_line(r: dict) -> str:
+    return f"{r['source']},{r['target']},{_one_line(r['description'])},{_cites(r)}"
+
+
+def _report_block(c: dict) -> str:
+    return c["text"] + ("\nSources: " + " ".join(map(cite, c["sources"])) if c.get("sources") else "")
+
+
+def _chunk_block(c: dict) -> str:
+    return f"{cite(c['sources'][0])}\n{c['text']}"
+
+
+def _cites(item: dict) -> str:
+    return " ".join(cite(s) for s in item.get("sources", []))
+
+
+def _entity_item(e: dict) -> dict:
+    return {
+        "name": e["name"],
+        "type": e["type"],
+        "description": e["description"],
+        "score": e["sim"] * e["pagerank"],
+        "sources": e["sources"],
+    }
+
+
+def _relation_item(r: dict) -> dict:
+    return {
+        "source": r["source"],
+        "target": r["target"],
+        "description": r["description"],
+        "score": r["sim"] * r["pagerank"],
+        "sources": r["sources"],
+    }
+
+
+def _report_item(c: dict, score: float | None = None) -> dict:
+    item = {"title": c["title"], "summary": c["summary"], "rating": c["rating"], "level": c["level"]}
+    if score is not None:
+        item["score"] = score
+    item["sources"] = c["sources"]
+    return item
+
+
+def _chunk_item(c: dict, score: float, via: str | None = None) -> dict:
+    item = {
+        "doc": c["doc"],
+        "chunk": int(c["position"]) + 1,
+        "chunk_id": c["chunk_id"],
+        "text": c["text"],
+        "score": score,
+    }
+    if via:
+        item["via"] = via
+    item["sources"] = [_chunk_source(c)]
+    return item
+
+
+def local_search(
+    index: SearchIndex,
+    question: str,
+    params: SearchParams | None = None,
+    analysis: QueryAnalysis | None = None,
+    client: QueryClient | None = None,
+) -> QueryResult:
+    p = params or SearchParams()
+    ent_rank, rel_rank, analysis = _graph_recall(index, question, p, analysis, client)
     budget = p.max_tokens
-    ent_rank, budget = _fit(ent_rank, lambda e: f"{e['name']},{e['type']},{e['description']}", budget)
-    rel_rank, budget = _fit(rel_rank, lambda r: f"{r['source']},{r['target']},{r['description']}", budget)
-    reports = index.reports_for_entities([e["key"] for e in ent_rank], p.comm_topn)
-    reports, budget = _fit(reports, lambda c: c["text"], budget)
-
+    ent_rank, budget = _fit(ent_rank, _entity_line, budget)
+    rel_rank, budget = _fit(rel_rank, _relation_line, budget)
+    reports = [
+        {**c, "sources": _report_sources(c)}
+        for c in index.reports_for_entities([e["key"] for e in ent_rank], p.comm_topn)
+    ]
+    reports, budget = _fit(reports, _report_block, budget)
     result = QueryResult(
         mode="local",
-        entities=[
-            {"name": e["name"], "type": e["type"], "description": e["description"], "score": e["sim"] * e["pagerank"]}
-            for e in ent_rank
-        ],
-        relations=[
-            {
-                "source": r["source"],
-                "target": r["target"],
-                "description": r["description"],
-                "score": r["sim"] * r["pagerank"],
-            }
-            for r in rel_rank
-        ],
-        community_reports=[{"title": c["title"], "summary": c["summary"], "rating": c["rating"]} for c in reports],
+        entities=[_entity_item(e) for e in ent_rank],
+        relations=[_relation_item(r) for r in rel_rank],
+        community_reports=[_report_item(c) for c in reports],
+        analysis=asdict(analysis),
+    )
+    result.context = _context(result, reports)
+    return result
+
+
+def mix_search(
+    index: SearchIndex,
+    question: str,
+    params: SearchParams | None = None,
+    analysis: QueryAnalysis | None = None,
+    client: QueryClient | None = None,
+) -> QueryResult:
+    """Local search's entities and relations, then source chunks: the chunks most cited by the hit
+    entities and relations (an item's weight is 1 / its rank) interleaved with the chunks most
+    similar to the question, then the top community report, all in one token budget."""
+    p = params or SearchParams()
+    ent_rank, rel_rank, analysis = _graph_recall(index, question, p, analysis, client)
+    budget = p.max_tokens
+    ent_rank, budget = _fit(ent_rank, _entity_line, budget)
+    rel_rank, budget = _fit(rel_rank, _relation_line, budget)
+
+    weight: dict[tuple[str, str], float] = defaultdict(float)
+    for ranked in (ent_rank, rel_rank):
+        for i, item in enumerate(ranked):
+            for row in item["located"]:
+                weight[(row["chunk_id"], row["doc_id"])] += 1.0 / (i + 1)
+    graph_keys = sorted(weight, key=lambda k: (-weight[k], k))[: p.chunk_topn]
+    texts = {
+        (r["chunk_id"], r["doc_id"]): r for r in index.chunks_by_ids(sorted({cid for cid, _ in graph_keys}), text=True)
+    }
+    by_graph = [(texts[k], round(weight[k], 6)) for k in graph_keys if k in texts]
+    by_sim = [(c, c["sim"]) for c in index.chunks_by_vector(index.embedder(client).embed_one(question), p.chunk_topn)]
+    sim_keys = {(c["chunk_id"], c["doc_id"]) for c, _ in by_sim}
+    graph_keys_set = {(c["chunk_id"], c["doc_id"]) for c, _ in by_graph}
+    chunks, seen = [], set()
+    for i in range(max(len(by_sim), len(by_graph))):
+        for source, lst in (("similarity", by_sim), ("graph", by_graph)):
+            if i < len(lst):
+                c, score = lst[i]
+                key = (c["chunk_id"], c["doc_id"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                via = "both" if key in sim_keys and key in graph_keys_set else source
+                chunks.append(_chunk_item(c, score, via))
+    chunks, budget = _fit(chunks, _chunk_block, budget)
+    reports = [
+        {**c, "sources": _report_sources(c)}
+        for c in index.reports_for_entities([e["key"] for e in ent_rank], p.comm_topn)
+    ]
+    reports, budget = _fit(reports, _report_block, budget)
+    result = QueryResult(
+        mode="mix",
+        entities=[_entity_item(e) for e in ent_rank],
+        relations=[_relation_item(r) for r in rel_rank],
+        community_reports=[_report_item(c) for c in reports],
+        chunks=chunks,
         analysis=asdict(analysis),
     )
     result.context = _context(result, reports)
@@ -205,17 +413,13 @@ def local_search(
 def global_search(
     index: SearchIndex, question: str, params: SearchParams | None = None, client: QueryClient | None = None
 ) -> QueryResult:
-    """Community reports ranked by similarity to the question (ties: higher rating first)."""
+    """The most important community reports: the broadest level first, then the highest rating and
+    community weight; similarity to the question breaks ties."""
     p = params or SearchParams()
     vec = index.embedder(client).embed_one(question)
-    rows = index.reports_by_vector(vec, p.global_topn)
-    rows, _ = _fit(rows, lambda c: c["text"], p.max_tokens)
-    result = QueryResult(
-        mode="global",
-        community_reports=[
-            {"title": c["title"], "summary": c["summary"], "rating": c["rating"], "score": c["sim"]} for c in rows
-        ],
-    )
+    rows = [{**c, "sources": _report_sources(c)} for c in index.reports_by_importance(vec, p.global_topn)]
+    rows, _ = _fit(rows, _report_block, p.max_tokens)
+    result = QueryResult(mode="global", community_reports=[_report_item(c, c["sim"]) for c in rows])
     result.context = _context(result, rows)
     return result
 
@@ -225,9 +429,9 @@ def naive_search(
 ) -> QueryResult:
     p = params or SearchParams()
     vec = index.embedder(client).embed_one(question)
-    rows = index.chunks_by_vector(vec, p.chunk_topn)
-    rows, _ = _fit(rows, lambda c: c["text"], p.max_tokens)
-    result = QueryResult(mode="naive", chunks=[{"doc": c["doc"], "text": c["text"], "score": c["sim"]} for c in rows])
+    rows = [_chunk_item(c, c["sim"]) for c in index.chunks_by_vector(vec, p.chunk_topn)]
+    rows, _ = _fit(rows, _chunk_block, p.max_tokens)
+    result = QueryResult(mode="naive", chunks=rows)
     result.context = _context(result, [])
     return result
 
@@ -235,7 +439,7 @@ def naive_search(
 def query(
     index: SearchIndex,
     question: str,
-    mode: str = "local",
+    mode: str = DEFAULT_MODE,
     params: SearchParams | None = None,
     client: QueryClient | None = None,
     answer: bool = False,
@@ -249,9 +453,8 @@ def query(
     p = params or SearchParams()
     if mode == "global" and answer and client is not None:
         p = SearchParams(**{**p.__dict__, "global_topn": max(p.global_topn, p.global_map_topn)})
-    result = {"local": local_search, "global": global_search, "naive": naive_search}[mode](
-        index, question, p, client=client
-    )
+    search = {"mix": mix_search, "local": local_search, "global": global_search, "naive": naive_search}[mode]
+    result = search(index, question, p, client=client)
     if answer and client is not None:
         result.answer = (
             global_answer(client, index, result, question, p)
@@ -283,7 +486,10 @@ def global_answer(
     from graphrag_pipeline.llm import prompts
     from graphrag_pipeline.llm.json_answers import parse_json_reply
 
-    reports = [r for r in index.reports_by_vector(index.embedder(client).embed_one(question), params.global_map_topn)]
+    reports = [
+        {**r, "sources": _report_sources(r)}
+        for r in index.reports_by_importance(index.embedder(client).embed_one(question), params.global_map_topn)
+    ]
     calls = [
         {"messages": [{"role": "user", "content": prompts.GLOBAL_MAP.format(report=r["text"], question=question)}]}
         for r in reports
@@ -303,11 +509,11 @@ def global_answer(
                 score = 0.0
             text = str(item.get("description", "")).strip()
             if score > params.global_min_score and text:
-                points.append((score, report["title"], text))
+                points.append((score, report["title"], text, _cites(report)))
     points.sort(key=lambda x: -x[0])
     if not points:
         return "The community reports contain nothing that answers this question."
-    listing = "\n".join(f"- [{t}] (importance {s:g}) {d}" for s, t, d in points)
+    listing = "\n".join(f"- [{t}] (importance {s:g}) {d} Sources: {c}" for s, t, d, c in points)
     listing = truncate_tokens(listing, params.max_tokens)
     return client.chat(
         [{"role": "user", "content": prompts.GLOBAL_REDUCE.format(points=listing, question=question)}]
@@ -315,21 +521,22 @@ def global_answer(
 
 
 def _context(result: QueryResult, report_rows: list[dict]) -> str:
+    """The text the answer is written from; every item with its sources in the `cite` format."""
     parts = []
     if result.entities:
         parts.append(
-            "-----Entities-----\nentity,type,description\n"
-            + "\n".join(f"{e['name']},{e['type']},{_one_line(e['description'])}" for e in result.entities)
+            "-----Entities-----\nentity,type,description,sources\n"
+            + "\n".join(_entity_line(e) for e in result.entities)
         )
     if result.relations:
         parts.append(
-            "-----Relations-----\nsource,target,description\n"
-            + "\n".join(f"{r['source']},{r['target']},{_one_line(r['description'])}" for r in result.relations)
+            "-----Relations-----\nsource,target,description,sources\n"
+            + "\n".join(_relation_line(r) for r in result.relations)
         )
     if report_rows:
-        parts.append("-----Community Reports-----\n" + "\n\n".join(c["text"] for c in report_rows))
+        parts.append("-----Community Reports-----\n" + "\n\n".join(_report_block(c) for c in report_rows))
     if result.chunks:
-        parts.append("-----Sources-----\n" + "\n\n".join(f"[{c['doc']}]\n{c['text']}" for c in result.chunks))
+        parts.append("-----Sources-----\n" + "\n\n".join(_chunk_block(c) for c in result.chunks))
     return "\n\n".join(parts)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
 from graphrag_pipeline.index.duckdb_writer import check_index_file, read_meta
 from graphrag_pipeline.storage.files import DamagedFileError, verify_parquet
 
@@ -45,8 +46,14 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
         problems.append(
             f"{len(missing)} community reports are missing from {paths.reports_dir} (e.g. {missing[0]}.json)"
         )
-    if report_ids and read_meta(paths.index_file) is None:
+    meta = read_meta(paths.index_file)
+    if report_ids and meta is None:
         problems.append(f"the search index {paths.index_file} is missing or cannot be read")
+    elif meta is not None and meta.get("schema_version") != INDEX_SCHEMA_VERSION:
+        problems.append(
+            f"the search index {paths.index_file} has schema {meta.get('schema_version')}, this version writes "
+            f"{INDEX_SCHEMA_VERSION}"
+        )
     return problems
 
 

@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 from graphrag_pipeline import interrupts
@@ -504,6 +505,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     from graphrag_pipeline.llm.client import LLMClient, LLMError
     from graphrag_pipeline.query import IndexNotFoundError, SearchParams, open_index, query
 
+    params = SearchParams(
+        **{f.name: getattr(args, f.name) for f in fields(SearchParams) if getattr(args, f.name, None) is not None}
+    )
     try:
         client = LLMClient.from_env()
     except ValueError as exc:
@@ -522,25 +526,82 @@ def cmd_query(args: argparse.Namespace) -> int:
         )
     try:
         with open_index(paths.home) as index:
-            result = query(index, args.question, args.mode, SearchParams(), client=client, answer=args.answer)
+            result = query(index, args.question, args.mode, params, client=client, answer=args.answer)
     except (IndexNotFoundError, ValueError, LLMError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
-        return 0
-    _say(f"mode: {result.mode}")
-    for e in result.entities:
-        _say(f"  entity   {e['name']} [{e['type']}] score={e['score']:.4g}")
-    for r in result.relations:
-        _say(f"  relation {r['source']} -- {r['target']} score={r['score']:.4g}")
-    for c in result.community_reports:
-        _say(f"  report   {c['title']} (rating {c['rating']})")
-    for c in result.chunks:
-        _say(f"  chunk    {c['doc']} score={c['score']:.3f}: {' '.join(c['text'].split())[:100]}")
-    if result.answer:
-        _say("\n" + result.answer)
+    else:
+        _print_result(result)
+    if result.is_empty():
+        print(
+            f"no results: nothing in the index matches this question in {result.mode} mode "
+            f"(exit status {EXIT_NO_RESULTS}); try another mode or lower thresholds",
+            file=sys.stderr,
+        )
+        return EXIT_NO_RESULTS
     return 0
+
+
+EXIT_NO_RESULTS = 3  # `query` found nothing (no entity, relation, report or chunk)
+
+
+def _print_result(result) -> None:
+    """The result for a terminal: one line per item and one trimmed line of text, sources cited."""
+    import unicodedata
+
+    from graphrag_pipeline.query.search import cite
+
+    width = max(40, shutil.get_terminal_size((100, 24)).columns)
+
+    def line(text: str, indent: str = "  ") -> None:
+        text = indent + " ".join(text.split())
+        cols = [2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text]
+        if sum(cols) > width:  # cut to the terminal's columns (CJK characters take two)
+            n, used = 0, 0
+            while used + cols[n] <= width - 1:
+                used += cols[n]
+                n += 1
+            text = text[:n] + "\u2026"
+        _say(text)
+
+    def sources(item: dict) -> None:
+        if item.get("sources"):
+            line(" ".join(cite(src) for src in item["sources"]), "    sources: ")
+
+    counts = ", ".join(
+        f"{len(getattr(result, k))} {k.replace('_', ' ')}"
+        for k in ("entities", "relations", "community_reports", "chunks")
+        if getattr(result, k)
+    )
+    line(f"mode: {result.mode}" + (f" ({counts})" if counts else ""), "")
+    if result.entities:
+        _say("\nEntities")
+    for e in result.entities:
+        line(f"{e['name']} [{e['type']}]  score {e['score']:.3g}")
+        line(e["description"], "    ")
+        sources(e)
+    if result.relations:
+        _say("\nRelations")
+    for r in result.relations:
+        line(f"{r['source']} -- {r['target']}  score {r['score']:.3g}")
+        line(r["description"], "    ")
+        sources(r)
+    if result.community_reports:
+        _say("\nCommunity reports")
+    for c in result.community_reports:
+        line(f"{c['title']}  (level {c['level']}, rating {c['rating']:g})")
+        line(c["summary"], "    ")
+        sources(c)
+    if result.chunks:
+        _say("\nChunks")
+    for c in result.chunks:
+        via = f", via {c['via']}" if c.get("via") else ""
+        line(f"{cite(c['sources'][0])}  score {c['score']:.3g}{via}")
+        line(c["text"], "    ")
+    if result.answer:
+        _say("\nAnswer\n" + result.answer)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -655,8 +716,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("query", help="ask the published index")
     q.add_argument("question")
-    q.add_argument("--mode", choices=["local", "global", "naive"], default="local")
-    q.add_argument("--json", action="store_true")
+    from graphrag_pipeline.query.search import DEFAULT_MODE, MODES, PARAM_HELP, SearchParams
+
+    q.add_argument("--mode", choices=list(MODES), default=DEFAULT_MODE, help=f"default {DEFAULT_MODE}")
+    q.add_argument("--json", action="store_true", help="print the result as JSON (the shape of QueryResult.to_dict)")
+    for f in fields(SearchParams):
+        q.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=type(f.default),
+            metavar="N" if isinstance(f.default, int) else "X",
+            help=f"{PARAM_HELP.get(f.name, f.name)} (default {f.default})",
+        )
     q.add_argument("--answer", action="store_true", help="generate an answer with the LLM (global mode: map-reduce)")
     q.set_defaults(func=cmd_query)
 

@@ -157,7 +157,13 @@ class FakeLLM:
             types = ["PERSON"] if "PERSON" in pool and re.search(r"\bwho\b", q, re.I) else []
             return json.dumps({"answer_type_keywords": types, "entities_from_query": ents})
         if kind == "local_answer":
-            return "LOCAL ANSWER from context: " + " ".join(prompt.split("Question:")[-1].split())[:80]
+            # cites the first sources the context lists, as the prompt asks
+            cited = list(dict.fromkeys(re.findall(r"\[doc: [^\]]+\]", prompt.split("Context", 1)[-1])))[:3]
+            return (
+                "LOCAL ANSWER from context: "
+                + " ".join(prompt.split("Question:")[-1].split())[:80]
+                + (" " + " ".join(cited) if cited else "")
+            )
         if kind == "global_map":
             title = re.search(r"^# (.+)$", prompt, re.M)
             return json.dumps(

@@ -96,7 +96,8 @@ def test_second_build_does_nothing(built, home, corpus, instance):
 
 
 def test_query_finds_expected_entities(built):
-    result = cli_json("query", "Who sailed with Charles Darwin on HMS Beagle?", "--json")
+    # --mode local: the default mode is now mix (issue 11)
+    result = cli_json("query", "Who sailed with Charles Darwin on HMS Beagle?", "--mode", "local", "--json")
     assert set(result) == {"mode", "entities", "relations", "community_reports", "chunks", "context", "answer"}
     assert result["mode"] == "local" and result["answer"] is None
     names = {e["name"] for e in result["entities"]}
@@ -104,7 +105,7 @@ def test_query_finds_expected_entities(built):
     assert any("Darwin" in r["source"] + r["target"] for r in result["relations"])
     assert len(result["community_reports"]) == 1
     for e in result["entities"]:
-        assert set(e) == {"name", "type", "description", "score"}
+        assert set(e) == {"name", "type", "description", "score", "sources"}  # sources: issue 11
     assert "Entities" in result["context"]
 
     zh = cli_json("query", "郑和从哪里出发下西洋？", "--json")

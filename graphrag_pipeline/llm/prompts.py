@@ -186,7 +186,9 @@ Output:
 
 LOCAL_ANSWER = """Answer the question using only the knowledge-graph context below (entities,
 relations, community reports and source passages). If the context does not contain the answer,
-say so. Be concise, and answer in the language of the question.
+say so. Be concise, and answer in the language of the question. After each statement, cite the
+sources it rests on exactly as the context writes them, e.g. [doc: notes/a.txt, chunk 3] or
+[doc: notes/a.txt]; cite only sources that appear in the context.
 
 Context
 {context}
@@ -210,7 +212,8 @@ If nothing in the report helps, answer {{"points": []}}.
 GLOBAL_REDUCE = """Answer the question from the analysts' points below, which were drawn from
 community reports of a knowledge graph and ranked by importance. Merge them into one coherent
 answer, drop what is irrelevant, and say so if they do not answer the question. Answer in the
-language of the question.
+language of the question. Cite the sources given with the points you use exactly as written, e.g.
+[doc: notes/a.txt].
 
 Points
 {points}

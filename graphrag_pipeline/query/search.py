@@ -223,7 +223,9 @@ def _graph_recall(
 
     # n-hop paths from the recalled entities, similarity decaying with distance
     nhop: dict[tuple[str, str], dict] = defaultdict(lambda: {"sim": 0.0, "pagerank": 0.0})
-    for row in index.nhop(list(ents)):
+    # by entity (a stable sort keeps each entity's path order), so the sums are the same whatever
+    # order a backend returns the entities in
+    for row in sorted(index.nhop(list(ents)), key=lambda r: r["entity_key"]):
         sim = ents[row["entity_key"]]["sim"]
         path, weights = row["path"], row["weights"]
         for i in range(len(path) - 1):

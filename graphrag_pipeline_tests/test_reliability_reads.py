@@ -155,7 +155,8 @@ def test_stats_and_query_on_a_read_only_home(ro_home):
         assert res["entities"] or res["community_reports"] or res["chunks"]
         assert not proc.stderr.strip(), proc.stderr
     proc = cli_reader(ro_home, "query", QUESTION, "--answer")
-    assert proc.returncode == 0 and "entity" in proc.stdout and "no LLM endpoint is set" in proc.stderr
+    # "Entities": the CLI output format changed (issue 11), it was one "entity ..." line per entity
+    assert proc.returncode == 0 and "Entities" in proc.stdout and "no LLM endpoint is set" in proc.stderr
     assert snapshot(ro_home) == before
 
 
@@ -240,7 +241,8 @@ def test_query_answers_from_the_cache_read_only(built_home, tmp_path, monkeypatc
         make_read_only(home)
         try:
             before = snapshot(home)
-            proc = cli_reader(home, "query", QUESTION, "--json", "--answer", **env)
+            # --mode local as `expected` (the default mode is now mix, issue 11)
+            proc = cli_reader(home, "query", QUESTION, "--mode", "local", "--json", "--answer", **env)
             assert proc.returncode == 0, proc.stderr
             assert json.loads(proc.stdout) == json.loads(json.dumps(expected))
             assert server.chat_count == asked  # all from the cache

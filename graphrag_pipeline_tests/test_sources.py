@@ -9,7 +9,6 @@ import unicodedata
 
 import duckdb
 import polars as pl
-import pytest
 
 from graphrag_pipeline.query import DuckDBIndex, SearchParams, open_index, query
 from graphrag_pipeline.query.search import MODES, citations, cite
@@ -147,12 +146,12 @@ def test_duckdb_and_elasticsearch_return_the_same_sources(es_env, home, corpus):
 
 
 def test_global_ranks_by_level_rating_and_weight_then_similarity(tmp_path):
-    from graphrag_pipeline_tests.test_search import _graph
     from graphrag_pipeline.index.duckdb_writer import write_duckdb_index
     from graphrag_pipeline.index.embedding import HashingEmbedder
     from graphrag_pipeline.index.records import build_index_tables
     from graphrag_pipeline.query import global_search
     from graphrag_pipeline.reports.offline import CommunityReport
+    from graphrag_pipeline_tests.test_search import _graph
 
     nodes, edges = _graph()
     communities = pl.DataFrame(
@@ -182,9 +181,10 @@ def test_global_ranks_by_level_rating_and_weight_then_similarity(tmp_path):
     )
     with DuckDBIndex(path) as index, DuckDBIndex(path, preload=True) as mem:
         for idx in (index, mem):
-            titles = lambda q: [
-                c["title"] for c in global_search(idx, q, SearchParams(global_topn=4)).community_reports
-            ]  # noqa: E731
+
+            def titles(q, idx=idx):
+                return [c["title"] for c in global_search(idx, q, SearchParams(global_topn=4)).community_reports]
+
             # level 0 first; the heavier community first; equal rating and weight: the more similar first
             assert titles("gondolas in Venice") == ["Dave abroad", "Gondolas", "Oxford friends", "Gondola detail"]
             assert titles("Alice and Bob in Oxford") == ["Dave abroad", "Oxford friends", "Gondolas", "Gondola detail"]

@@ -263,16 +263,7 @@ class DuckDBIndex:
     def counts(self) -> dict[str, int]:
         return dict(self.meta.get("counts", {}))
 
-    # -- index/protocol.GraphLookup: what the HTTP service reads besides search (own cursors: thread-safe) ---------
-    def _cursor_rows(self, sql: str, params: list) -> list[dict]:
-        cur = self.con.cursor()
-        try:
-            cur.execute(sql, params)
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
-        finally:
-            cur.close()
-
+    # -- index/protocol.GraphLookup: what the HTTP service reads besides search --------------------------------------
     def relations_of(self, key: str, k: int) -> list[dict]:
         """The relations of one entity, heaviest first (ties: the other end's key)."""
         if k <= 0:
@@ -288,7 +279,7 @@ class DuckDBIndex:
                 self._relations_by_key = adjacency
             rows = [dict(r) for r in adjacency.get(key, [])]
         else:
-            rows = self._cursor_rows(
+            rows = self._rows(
                 "SELECT source_key, target_key, source, target, description, weight FROM relations "
                 "WHERE source_key = ? OR target_key = ?",
                 [key, key],
@@ -301,7 +292,7 @@ class DuckDBIndex:
 
     def entity_sources(self, key: str) -> list[str]:
         """The ids of the chunks an entity was extracted from."""
-        rows = self._cursor_rows("SELECT source_ids FROM entities WHERE key = ?", [key])
+        rows = self._rows("SELECT source_ids FROM entities WHERE key = ?", [key])
         return list(rows[0]["source_ids"] or []) if rows else []
 
     def chunks_by_ids(self, ids: list[str]) -> list[dict]:
@@ -312,7 +303,7 @@ class DuckDBIndex:
             wanted = set(ids)
             rows = [dict(r) for r in self._memory["chunks"][0] if r["chunk_id"] in wanted]
         else:
-            rows = self._cursor_rows(
+            rows = self._rows(
                 "SELECT chunk_id, doc, position, text FROM chunks WHERE chunk_id IN (SELECT unnest(?))", [ids]
             )
         return sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"]))

@@ -5,13 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export GRAPHRAG_HOME ?= $(CURDIR)/.graphrag
 
-.PHONY: install demo test lint dev clean help es-start es-stop
+.PHONY: install demo test lint dev clean help es-start es-stop browser
 
 help:
 	@echo "make demo   - create the environment, build the bundled corpus offline, run sample queries"
 	@echo "make test   - create the environment if needed, lint (ruff check + format --check), run the full test suite"
 	@echo "make dev    - open the Dagster UI (lineage, sensors, backfills) on GRAPHRAG_HOME"
 	@echo "make es-start / es-stop - a local single-node Elasticsearch on 127.0.0.1:9200 (tests use it)"
+	@echo "make browser - install Debian's chromium if missing (the web page tests drive it headless)"
 	@echo "make clean  - remove GRAPHRAG_HOME state (keeps the environment)"
 
 install: $(STAMP)
@@ -29,7 +30,7 @@ demo: install
 	$(BIN)/graphrag-pipeline query "Who sailed with Charles Darwin on HMS Beagle?" --mode local
 	$(BIN)/graphrag-pipeline query "What were the main themes of science in Cambridge and London?" --mode global
 
-test: install es-start lint
+test: install es-start browser lint
 	$(BIN)/python -m pytest
 
 lint: install
@@ -41,6 +42,10 @@ es-start:
 
 es-stop:
 	scripts/es.sh stop
+
+# the headless Chromium of the web page tests (Debian's package; skipped when one is installed)
+browser:
+	scripts/browser.sh
 
 dev: install
 	$(BIN)/graphrag-pipeline dev

@@ -207,6 +207,7 @@ async function ask(evt) {
     say(err.message, true);
   } finally {
     $("ask-button").disabled = false;
+    document.body.dataset.done = String(performance.now()); // answered or failed: for tests
   }
 }
 

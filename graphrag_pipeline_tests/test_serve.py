@@ -27,6 +27,7 @@ from graphrag_pipeline_tests.serve_support import (
     same_result,
     wait_healthy,
 )
+from graphrag_pipeline_tests.test_elasticsearch import es_env, es_up  # noqa: F401 - fixtures
 from graphrag_pipeline_tests.test_protocols import signature_problems
 
 
@@ -273,3 +274,26 @@ def test_serve_help_lists_its_options():
     for option in ("--host", "--port", "--timeout", "--max-body-bytes"):
         assert option in proc.stdout
     assert "127.0.0.1" in proc.stdout
+
+
+def test_serving_from_elasticsearch(es_env, home, corpus):  # noqa: F811 - fixtures of test_elasticsearch
+    """With GRAPHRAG_ES_URL set the service reads Elasticsearch, the graph lookups included."""
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    with running(create_app(home, client=None)) as base:
+        status, health = http("GET", f"{base}/health")
+        assert status == 200 and health["index"]["backend"] == "elasticsearch"
+        status, body = http("POST", f"{base}/query", {"question": QUESTION})
+        assert status == 200 and body["mode"] == "local" and body["entities"]
+        status, entity = http("GET", f"{base}/entities/charles%20darwin?neighbours=5")
+        assert status == 200 and entity["entity"]["name"] == "Charles Darwin"
+        assert 0 < len(entity["relations"]) <= 5 and entity["neighbours"]
+        with DuckDBIndex(home / "index" / "search_index.duckdb") as local:  # the same lookups as DuckDB's
+            assert entity["relations"] == [
+                {k: r[k] for k in ("source", "target", "description", "weight")}
+                for r in local.relations_of("charles darwin", 5)
+            ]
+            sources = local.chunks_by_ids(local.entity_sources("charles darwin"))
+        assert [s["chunk_id"] for s in entity["sources"]] == [s["chunk_id"] for s in sources]
+        status, chunk = http("GET", f"{base}/chunks/{sources[0]['chunk_id']}")
+        assert status == 200 and chunk["text"] == sources[0]["text"]

@@ -5,13 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export GRAPHRAG_HOME ?= $(CURDIR)/.graphrag
 
-.PHONY: install demo test lint dev clean help es-start es-stop
+.PHONY: install demo test lint dev clean help es-start es-stop browser
 
 help:
 	@echo "make demo   - create the environment, build the bundled corpus offline, run sample queries"
 	@echo "make test   - create the environment if needed, lint (ruff check + format --check), run the full test suite"
 	@echo "make dev    - open the Dagster UI (lineage, sensors, backfills) on GRAPHRAG_HOME"
 	@echo "make es-start / es-stop - a local single-node Elasticsearch on 127.0.0.1:9200 (tests use it)"
+	@echo "make browser - install Debian's chromium if missing (the web page tests drive it headless)"
 	@echo "make clean  - remove GRAPHRAG_HOME state (keeps the environment)"
 
 install: $(STAMP)
@@ -29,7 +30,7 @@ demo: install
 	$(BIN)/graphrag-pipeline query "Who sailed with Charles Darwin on HMS Beagle?" --mode local
 	$(BIN)/graphrag-pipeline query "What were the main themes of science in Cambridge and London?" --mode global
 
-test: install es-start lint
+test: install es-start browser lint
 	$(BIN)/python -m pytest
 
 lint: install
@@ -41,6 +42,10 @@ es-start:
 
 es-stop:
 	scripts/es.sh stop
+
+# the headless Chromium of the web page tests (Debian's package; skipped when one is installed)
+browser:
+	scripts/browser.sh
 
 dev: install
 	$(BIN)/graphrag-pipeline dev
@@ -67,6 +72,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_RUN) real --edits 3
 	$(BENCH_RUN) scale --docs 1000 10000 50000 --max-minutes 60
 	$(BENCH_RUN) query --entities 100000 --questions 200
+	$(BENCH_RUN) serve --entities 100000 --questions 200
 	$(BENCH_RUN) plots
 
 # downloads (linux-doc-6.1, brotli's alice29.txt) are shared with `make bench` through --cache-dir
@@ -76,4 +82,5 @@ bench-smoke: $(BENCH_STAMP)
 	$(BENCH_SMOKE) --cache-dir benchmarks/.work/cache real --limit 150 --edits 1
 	$(BENCH_SMOKE) scale --docs 20 50 --max-minutes 3 --resolution-names 2000 --resolution-sample 300
 	$(BENCH_SMOKE) query --entities 2000 --questions 20
+	$(BENCH_SMOKE) serve --entities 2000 --questions 20
 	$(BENCH_SMOKE) plots

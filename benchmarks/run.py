@@ -5,6 +5,7 @@
     python benchmarks/run.py real --edits 3 [--limit 150]
     python benchmarks/run.py scale --docs 1000 10000 50000 --max-minutes 60
     python benchmarks/run.py query --entities 100000 --questions 200
+    python benchmarks/run.py serve --entities 100000 --questions 200
     python benchmarks/run.py plots
 
 Each subcommand writes ``<results-dir>/<name>.json`` and ``<results-dir>/<name>.md`` (default
@@ -1999,6 +2000,133 @@ def cmd_query(args) -> None:
     )
 
 
+# -- serve ------------------------------------------------------------------------------------
+def cmd_serve(args) -> None:
+    """Local search through HTTP: `graphrag-pipeline serve` (its own process, the DuckDB index preloaded
+    in memory) on the synthetic index of `query`, questions sent one after another on one kept-alive
+    connection; latency measured by the client (request written to response read)."""
+    import http.client
+    import socket
+
+    name = args.name or "serve"
+    work = fresh(args.work_dir / name)
+    path = work / "index" / "search_index.duckdb"
+    say(f"serve: building a synthetic index of {args.entities} entities")
+    t0 = time.perf_counter()
+    built = synthetic_index(args.entities, args.seed, path)
+    build_s = time.perf_counter() - t0
+    say(f"serve: index built in {build_s:.1f}s: {built['counts']}, {built['size_mb']} MB")
+    qs = questions_for(built["sample_entities"], args.questions, args.seed)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = work / "serve.log"
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            cli_cmd() + ["--home", str(work), "serve", "--port", str(port), "--log-level", "warning"],
+            env=clean_env(GRAPHRAG_HOME=str(work), GRAPHRAG_SERVE_API_KEY=""),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        conn = None
+        while True:  # the index is preloaded before the server listens
+            if proc.poll() is not None:
+                raise SystemExit(f"the server exited ({proc.returncode}); see {log}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("GET", "/health")
+                res = conn.getresponse()
+                res.read()
+                if res.status == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+            if time.perf_counter() - t0 > 900:
+                raise SystemExit("the server did not start within 15 minutes")
+        start_s = time.perf_counter() - t0
+        say(f"serve: server up (index preloaded) in {start_s:.1f}s")
+
+        def post(question: str, mode: str) -> float:
+            body = json.dumps({"question": question, "mode": mode})
+            t = time.perf_counter()
+            conn.request("POST", "/query", body=body, headers={"Content-Type": "application/json"})
+            res = conn.getresponse()
+            payload = res.read()
+            elapsed = (time.perf_counter() - t) * 1000
+            if res.status != 200:
+                raise SystemExit(f"POST /query answered {res.status}: {payload[:300]!r}")
+            return elapsed
+
+        rows = []
+        for mode in ("local", "global", "naive"):
+            post(qs[0], mode)  # warm-up, not counted
+            lat = [post(q, mode) for q in qs]
+            rows.append(
+                {
+                    "mode": mode,
+                    "questions": len(lat),
+                    "p50_ms": round(percentile(lat, 50), 2),
+                    "p99_ms": round(percentile(lat, 99), 2),
+                    "mean_ms": round(statistics.fmean(lat), 2),
+                    "max_ms": round(max(lat), 2),
+                    "target": "p99 < 50 ms" if mode == "local" else "",
+                }
+            )
+            say(f"serve {mode}: p50 {rows[-1]['p50_ms']} ms, p99 {rows[-1]['p99_ms']} ms")
+        conn.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    local = rows[0]
+    settings = {
+        "entities": args.entities,
+        "questions": args.questions,
+        "seed": args.seed,
+        "index": "the synthetic index of `query` (hashing embedder, 512 dims), preloaded by the server",
+        "client": "http.client, one kept-alive connection, sequential; no LLM",
+    }
+    write_result(
+        args.results_dir,
+        name,
+        f"HTTP query latency of `graphrag-pipeline serve` on a {args.entities:,}-entity index",
+        settings,
+        {
+            "rows": rows,
+            "index": {k: v for k, v in built.items() if k != "sample_entities"},
+            "index_build_s": round(build_s, 1),
+            "server_start_s": round(start_s, 1),
+            "local_p99_under_50_ms": local["p99_ms"] < 50,
+        },
+        [
+            (
+                "Latency through HTTP (POST /query)",
+                md_table(rows, ["mode", "questions", "p50_ms", "p99_ms", "mean_ms", "max_ms", "target"]),
+            ),
+            (
+                "Index and server",
+                md_table(
+                    [
+                        {
+                            **built["counts"],
+                            "size_mb": built["size_mb"],
+                            "build_s": round(build_s, 1),
+                            "server_start_s": round(start_s, 1),
+                        }
+                    ],
+                    list(built["counts"]) + ["size_mb", "build_s", "server_start_s"],
+                ),
+            ),
+        ],
+    )
+
+
 # -- plots ------------------------------------------------------------------------------------
 def cmd_plots(args) -> None:
     import matplotlib
@@ -2210,6 +2338,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     q.add_argument("--name")
     q.set_defaults(func=cmd_query)
+
+    sv = sub.add_parser("serve", help="local search latency through HTTP against `graphrag-pipeline serve`")
+    sv.add_argument("--entities", type=int, default=100000)
+    sv.add_argument("--questions", type=int, default=200)
+    sv.add_argument("--seed", type=int, default=1)
+    sv.add_argument("--name")
+    sv.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("plots", help="PNG plots from scale.json")
     p.set_defaults(func=cmd_plots)

@@ -604,6 +604,30 @@ def _print_result(result) -> None:
         _say("\nAnswer\n" + result.answer)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The HTTP service and web page over the published index (graphrag_pipeline/serve/)."""
+    paths = _reading_paths(args)
+    import uvicorn
+
+    from graphrag_pipeline.query import IndexNotFoundError
+    from graphrag_pipeline.serve import create_app
+
+    try:
+        app = create_app(paths.home, max_body_bytes=args.max_body_bytes, query_timeout_s=args.timeout)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    holder = app.state.holder
+    try:
+        holder.current()  # loaded (DuckDB: into memory) before the first request
+    except IndexNotFoundError as exc:
+        print(f"warning: {exc}; serving anyway: the index is picked up once it is published", file=sys.stderr)
+    auth = "API key required (GRAPHRAG_SERVE_API_KEY)" if app.state.settings["auth"] else "no API key"
+    _say(f"serving {paths.home} ({holder.backend}) at http://{args.host}:{args.port}/ - API docs at /docs; {auth}")
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
     from graphrag_pipeline.graph.export import write_graphml
@@ -730,6 +754,16 @@ def build_parser() -> argparse.ArgumentParser:
         )
     q.add_argument("--answer", action="store_true", help="generate an answer with the LLM (global mode: map-reduce)")
     q.set_defaults(func=cmd_query)
+
+    sv = sub.add_parser("serve", help="HTTP API and web page over the published index (picks up new builds)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument("--timeout", type=float, default=30.0, help="seconds a query may run before 504 (default 30)")
+    sv.add_argument(
+        "--max-body-bytes", type=int, default=64 * 1024, help="larger request bodies get 413 (default 65536)"
+    )
+    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    sv.set_defaults(func=cmd_serve)
 
     e = sub.add_parser("export", help="export the resolved graph")
     e.add_argument("--format", choices=["graphml"], default="graphml")

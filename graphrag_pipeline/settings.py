@@ -137,6 +137,11 @@ SETTINGS: dict[str, Setting] = {
         Setting("GRAPHRAG_ES_PASSWORD", "secret", help="basic authentication"),
         Setting("GRAPHRAG_ES_CA_CERTS", "file", help="CA bundle for https", default_text="the system store"),
         Setting("GRAPHRAG_ES_VERIFY_CERTS", "bool", "true", "TLS verification"),
+        Setting(
+            "GRAPHRAG_SERVE_API_KEY",
+            "secret",
+            help="`serve`: the key every API request must send (X-API-Key or Authorization: Bearer); unset: open",
+        ),
     )
 }
 

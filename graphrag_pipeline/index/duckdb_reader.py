@@ -310,6 +310,51 @@ class DuckDBIndex:
     def counts(self) -> dict[str, int]:
         return dict(self.meta.get("counts", {}))
 
+    # -- index/protocol.GraphLookup: what the HTTP service reads besides search --------------------------------------
+    def relations_of(self, key: str, k: int) -> list[dict]:
+        """The relations of one entity, heaviest first (ties: the other end's key)."""
+        if k <= 0:
+            return []
+        if self._memory:
+            adjacency = getattr(self, "_relations_by_key", None)
+            if adjacency is None:
+                adjacency = {}
+                for r in self._memory["relations"][0]:
+                    adjacency.setdefault(r["source_key"], []).append(r)
+                    if r["target_key"] != r["source_key"]:
+                        adjacency.setdefault(r["target_key"], []).append(r)
+                self._relations_by_key = adjacency
+            rows = [dict(r) for r in adjacency.get(key, [])]
+        else:
+            rows = self._rows(
+                "SELECT source_key, target_key, source, target, description, weight FROM relations "
+                "WHERE source_key = ? OR target_key = ?",
+                [key, key],
+            )
+
+        def other(r: dict) -> str:
+            return r["target_key"] if r["source_key"] == key else r["source_key"]
+
+        return sorted(rows, key=lambda r: (-r["weight"], other(r)))[:k]
+
+    def entity_sources(self, key: str) -> list[str]:
+        """The ids of the chunks an entity was extracted from."""
+        rows = self._rows("SELECT source_ids FROM entities WHERE key = ?", [key])
+        return list(rows[0]["source_ids"] or []) if rows else []
+
+    def chunk_texts(self, ids: list[str]) -> list[dict]:
+        """Chunks by id, in document and position order (an identical chunk may appear in several documents)."""
+        if not ids:
+            return []
+        if self._memory:
+            wanted = set(ids)
+            rows = [dict(r) for r in self._memory["chunks"][0] if r["chunk_id"] in wanted]
+        else:
+            rows = self._rows(
+                "SELECT chunk_id, doc, position, text FROM chunks WHERE chunk_id IN (SELECT unnest(?))", [ids]
+            )
+        return sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"]))
+
 
 def open_index(home: Path | None = None, backend: str | None = None, preload: bool = False):
     """The published index: Elasticsearch when GRAPHRAG_ES_URL is set (or backend="elasticsearch"),

@@ -378,5 +378,39 @@ class EsIndex:
     def counts(self) -> dict[str, int]:
         return dict(self.meta.get("counts", {}))
 
+    # -- index/protocol.GraphLookup ------------------------------------------------------------------------------------
+    def relations_of(self, key: str, k: int) -> list[dict]:
+        """The relations of one entity, heaviest first (ties: the other end's key)."""
+        if k <= 0:
+            return []
+        query = {
+            "bool": {
+                "filter": [{"term": {KG: "relation"}}],
+                "should": [{"term": {"from_key_kwd": key}}, {"term": {"to_key_kwd": key}}],
+                "minimum_should_match": 1,
+            }
+        }
+        rows = [self._relation(h["_source"]) for h in self._search(query=query, source=self._REL_FIELDS, size=10000)]
+
+        def other(r: dict) -> str:
+            return r["target_key"] if r["source_key"] == key else r["source_key"]
+
+        return sorted(rows, key=lambda r: (-r["weight"], other(r)))[:k]
+
+    def entity_sources(self, key: str) -> list[str]:
+        """The ids of the chunks an entity was extracted from."""
+        hits = self._terms("entity", "entity_key_kwd", [key], ["source_id"], size=1)
+        return list(hits[0].get("source_id") or []) if hits else []
+
+    def chunk_texts(self, ids: list[str]) -> list[dict]:
+        """Chunks by id, in document and position order (an identical chunk may appear in several documents)."""
+        if not ids:
+            return []
+        rows = [
+            {"chunk_id": s["chunk_id_kwd"], "doc": s["docnm_kwd"], "position": s["position_int"], "text": s["content"]}
+            for s in self._terms("chunk", "chunk_id_kwd", ids, ["chunk_id_kwd", "docnm_kwd", "position_int", "content"])
+        ]
+        return sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"]))
+
 
 __all__ = ["EsIndex", "EsIndexError"]

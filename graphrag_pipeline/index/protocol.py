@@ -74,3 +74,21 @@ class SearchIndex(Protocol):
         ...
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]: ...
+
+
+@runtime_checkable
+class GraphLookup(Protocol):
+    """What the HTTP service (serve/) reads of an index besides search: an entity, its relations, its
+    source chunks, and chunks by id. Both readers implement it (checked by test_serve.py)."""
+
+    def entities_by_keys(self, keys: list[str]) -> list[dict]: ...
+
+    def relations_of(self, key: str, k: int) -> list[dict]:
+        """The relations of one entity, heaviest first."""
+        ...
+
+    def entity_sources(self, key: str) -> list[str]:
+        """The ids of the chunks the entity was extracted from."""
+        ...
+
+    def chunk_texts(self, ids: list[str]) -> list[dict]: ...

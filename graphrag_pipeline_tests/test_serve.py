@@ -284,7 +284,7 @@ def test_serving_from_elasticsearch(es_env, home, corpus):  # noqa: F811 - fixtu
         status, health = http("GET", f"{base}/health")
         assert status == 200 and health["index"]["backend"] == "elasticsearch"
         status, body = http("POST", f"{base}/query", {"question": QUESTION})
-        assert status == 200 and body["mode"] == "local" and body["entities"]
+        assert status == 200 and body["mode"] == "mix" and body["entities"]
         status, entity = http("GET", f"{base}/entities/charles%20darwin?neighbours=5")
         assert status == 200 and entity["entity"]["name"] == "Charles Darwin"
         assert 0 < len(entity["relations"]) <= 5 and entity["neighbours"]

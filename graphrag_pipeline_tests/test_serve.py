@@ -232,7 +232,7 @@ def test_a_new_publish_is_served_without_restart_and_without_errors(tmp_path, mo
         status, entity = http("GET", f"{base}/entities/zebulon%20quickfeather")
         assert status == 200 and entity["entity"]["name"] == "Zebulon Quickfeather"
         assert [s["doc"] for s in entity["sources"]] == ["quickfeather.txt"]
-        status, served = http("POST", f"{base}/query", {"question": question})
+        status, served = http("POST", f"{base}/query", {"question": question, "mode": "local"})
         assert status == 200 and same_result(served, query_json(home, question))
         after = http("GET", f"{base}/health")[1]
         assert after["index"]["index_version"] > before["index_version"]

@@ -64,7 +64,8 @@ def test_the_page_asks_and_draws_the_graph(built, page):
         page.goto(f"{base}/")
         page.wait_for_selector("body[data-ready='1']")
         assert "entities" in page.inner_text("#index-info")
-        assert page.eval_on_selector_all("#mode option", "os => os.map(o => o.value)")[:3] == [
+        assert page.eval_on_selector_all("#mode option", "os => os.map(o => o.value)")[:4] == [
+            "mix",
             "local",
             "global",
             "naive",

@@ -10,11 +10,13 @@ recall by term query, community reports by `entity_keys_kwd`, chunks by kNN (and
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from graphrag_pipeline.index.duckdb_reader import IndexNotFoundError, index_embedder
-from graphrag_pipeline.index.es_writer import KG, EsConfig, EsIndexError, vector_field
+from graphrag_pipeline.index.es_writer import KG, EsConfig, EsIndexError, _hash_id, vector_field
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.llm.protocol import EmbeddingClient
 
@@ -56,48 +58,94 @@ class EsIndex:
         res = self.es.options(ignore_status=404).get(index=self.cfg.alias, id=doc_id)
         return res.get("_source") if res.get("found") else None
 
+    # responses carry only what the readers use: no totals, no metadata of the hits
+    _HITS = ("hits.hits._source", "hits.hits._score", "hits.hits.sort")
+
     def _search(self, **kw) -> list[dict]:
         try:
-            res = self.es.search(index=self.cfg.alias, **kw)
+            res = self.es.search(index=self.cfg.alias, track_total_hits=False, filter_path=",".join(self._HITS), **kw)
         except Exception as exc:  # noqa: BLE001
             raise self.cfg.error("searching", exc) from None
-        return res["hits"]["hits"]
+        return res.get("hits", {}).get("hits", [])
 
     def _msearch(self, bodies: list[dict]) -> list[list[dict]]:
         """Several searches in one request; the hits of each, in order."""
+        if not bodies:
+            return []
+        searches = [x for b in bodies for x in ({}, {"track_total_hits": False, **b})]
+        filter_path = ",".join(["responses.error", "responses.status"] + [f"responses.{f}" for f in self._HITS])
         try:
-            res = self.es.msearch(index=self.cfg.alias, searches=[x for b in bodies for x in ({}, b)])
+            res = self.es.msearch(index=self.cfg.alias, searches=searches, filter_path=filter_path)
         except Exception as exc:  # noqa: BLE001
             raise self.cfg.error("searching", exc) from None
         out = []
         for r in res["responses"]:
             if "error" in r:
                 raise self.cfg.error("searching", RuntimeError(json.dumps(r["error"])[:400]))
-            out.append(r["hits"]["hits"])
+            out.append(r.get("hits", {}).get("hits", []))
         return out
 
-    def _knn(
+    def _run(self, plan: tuple[list[dict], Callable[[list[list[dict]]], Any]]) -> Any:
+        """A plan (its search bodies, and what makes the result of their hits) in one request."""
+        bodies, finish = plan
+        return finish(self._msearch(bodies))
+
+    def batch(self, calls: list[tuple[Callable[..., Any], tuple]]) -> list:
+        """Several of the methods of this index at once, their results in order: those with a plan
+        (`_plan_<name>`) share one _msearch, any other is called on its own."""
+        plans = []
+        for method, args in calls:
+            planner = getattr(self, f"_plan_{method.__name__}", None)
+            plans.append(planner(*args) if planner and getattr(method, "__self__", None) is self else None)
+        hits = self._msearch([b for plan in plans if plan for b in plan[0]])
+        out, i = [], 0
+        for (method, args), plan in zip(calls, plans):
+            if plan is None:
+                out.append(method(*args))
+                continue
+            n = len(plan[0])
+            out.append(plan[1](hits[i : i + n]))
+            i += n
+        return out
+
+    def _knn_body(
         self, kind: str, vector: np.ndarray, k: int, fields: list[str], extra_filter: dict | None = None
-    ) -> list[tuple[float, dict]]:
+    ) -> dict:
         filters = [{"term": {KG: kind}}] + ([extra_filter] if extra_filter else [])
-        hits = self._search(
-            knn={
+        return {
+            "knn": {
                 "field": self.vf,
                 "query_vector": [float(x) for x in vector],
                 "k": k,
                 "num_candidates": min(10000, max(100, 4 * k)),
                 "filter": {"bool": {"filter": filters}},
             },
-            source=fields,
-            size=k,
-        )
+            "_source": fields,
+            "size": k,
+        }
+
+    @staticmethod
+    def _sims(hits: list[dict]) -> list[tuple[float, dict]]:
         return [(round(2.0 * h["_score"] - 1.0, SIM_DECIMALS), h["_source"]) for h in hits]
+
+    def _knn(
+        self, kind: str, vector: np.ndarray, k: int, fields: list[str], extra_filter: dict | None = None
+    ) -> list[tuple[float, dict]]:
+        return self._sims(self._msearch([self._knn_body(kind, vector, k, fields, extra_filter)])[0])
+
+    @staticmethod
+    def _terms_body(kind: str, field: str, values: list[str], fields: list[str], size: int = 10000, sort=None) -> dict:
+        body = {
+            "query": {"bool": {"filter": [{"term": {KG: kind}}, {"terms": {field: values}}]}},
+            "_source": fields,
+            "size": size,
+        }
+        return {**body, "sort": sort} if sort else body
 
     def _terms(
         self, kind: str, field: str, values: list[str], fields: list[str], size: int = 10000, sort=None
     ) -> list[dict]:
-        query = {"bool": {"filter": [{"term": {KG: kind}}, {"terms": {field: values}}]}}
-        return [h["_source"] for h in self._search(query=query, source=fields, size=size, sort=sort)]
+        return [h["_source"] for h in self._msearch([self._terms_body(kind, field, values, fields, size, sort)])[0]]
 
     def embedder(self, client: EmbeddingClient | None = None) -> Embedder:
         return index_embedder(self.meta, self.dim, client)
@@ -170,12 +218,20 @@ class EsIndex:
             "text": src.get("content_with_weight", ""),
         }
 
+    # Each `_plan_<method>` gives the search bodies of one protocol method and what makes its result
+    # of their hits: the method runs its plan in one request, `batch` runs several plans in one.
     def entities_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
-        # the n-hop paths of the recalled entities come along (local search asks for them next)
-        hits = self._knn("entity", vector, k + 8, self._ENT_FIELDS + ["n_hop_with_weight"])
-        self._nhop_cache = {src["entity_key_kwd"]: self._paths(src) for _, src in hits}
-        rows = [{**self._entity(src), "sim": sim} for sim, src in hits if sim >= threshold]
-        return sorted(rows, key=lambda r: (-r["sim"], r["key"]))[:k]
+        return self._run(self._plan_entities_by_vector(vector, k, threshold))
+
+    def _plan_entities_by_vector(self, vector: np.ndarray, k: int, threshold: float):
+        def finish(res: list[list[dict]]) -> list[dict]:
+            hits = self._sims(res[0])
+            # the n-hop paths of the recalled entities come along (local search asks for them next)
+            self._nhop_cache = {src["entity_key_kwd"]: self._paths(src) for _, src in hits}
+            rows = [{**self._entity(src), "sim": sim} for sim, src in hits if sim >= threshold]
+            return sorted(rows, key=lambda r: (-r["sim"], r["key"]))[:k]
+
+        return [self._knn_body("entity", vector, k + 8, self._ENT_FIELDS + ["n_hop_with_weight"])], finish
 
     @staticmethod
     def _paths(src: dict) -> list[dict]:
@@ -202,12 +258,27 @@ class EsIndex:
 
     def keys_of_types(self, types: list[str], candidates: list[str], k: int) -> set[str]:
         """Those candidate keys that are among the k highest-PageRank entities of the given types."""
+        return self._run(self._plan_keys_of_types(types, candidates, k))
+
+    def _plan_keys_of_types(self, types: list[str], candidates: list[str], k: int):
         if not types or not candidates:
-            return set()
+            return [], lambda res: set()
         type_filter = [{"term": {KG: "entity"}}, {"terms": {"entity_type_kwd": types}}]
-        # one request: the k-th entity of these types in (PageRank desc, key) order, which bounds the
-        # top k (none: fewer than k, so all are in), and the candidates of these types
-        kth, hits = self._msearch(
+
+        def finish(res: list[list[dict]]) -> set[str]:
+            kth, hits = res
+            if not kth:
+                return {h["_source"]["entity_key_kwd"] for h in hits}
+            bound = (-float(kth[0]["_source"]["rank_flt"]), kth[0]["_source"]["entity_key_kwd"])
+            return {
+                h["_source"]["entity_key_kwd"]
+                for h in hits
+                if (-float(h["_source"]["rank_flt"]), h["_source"]["entity_key_kwd"]) <= bound
+            }
+
+        # the k-th entity of these types in (PageRank desc, key) order, which bounds the top k (none:
+        # fewer than k, so all are in), and the candidates of these types
+        return (
             [
                 {
                     "query": {"bool": {"filter": type_filter}},
@@ -221,16 +292,9 @@ class EsIndex:
                     "_source": ["entity_key_kwd", "rank_flt"],
                     "size": len(candidates),
                 },
-            ]
+            ],
+            finish,
         )
-        if not kth:
-            return {h["_source"]["entity_key_kwd"] for h in hits}
-        bound = (-float(kth[0]["_source"]["rank_flt"]), kth[0]["_source"]["entity_key_kwd"])
-        return {
-            h["_source"]["entity_key_kwd"]
-            for h in hits
-            if (-float(h["_source"]["rank_flt"]), h["_source"]["entity_key_kwd"]) <= bound
-        }
 
     def entities_by_keys(self, keys: list[str]) -> list[dict]:
         return (
@@ -248,32 +312,48 @@ class EsIndex:
         return out
 
     def relations_by_vector(self, vector: np.ndarray, k: int, threshold: float) -> list[dict]:
-        rows = [
-            {**self._relation(src), "sim": sim}
-            for sim, src in self._knn("relation", vector, k + 8, self._REL_FIELDS)
-            if sim >= threshold
-        ]
-        return sorted(rows, key=lambda r: (-r["sim"], r["source_key"], r["target_key"]))[:k]
+        return self._run(self._plan_relations_by_vector(vector, k, threshold))
+
+    def _plan_relations_by_vector(self, vector: np.ndarray, k: int, threshold: float):
+        def finish(res: list[list[dict]]) -> list[dict]:
+            rows = [{**self._relation(src), "sim": sim} for sim, src in self._sims(res[0]) if sim >= threshold]
+            return sorted(rows, key=lambda r: (-r["sim"], r["source_key"], r["target_key"]))[:k]
+
+        return [self._knn_body("relation", vector, k + 8, self._REL_FIELDS)], finish
 
     def relations_by_pairs(self, pairs: list[tuple[str, str]]) -> list[dict]:
-        from graphrag_pipeline.index.es_writer import _hash_id
+        return self._run(self._plan_relations_by_pairs(pairs))
 
+    def _plan_relations_by_pairs(self, pairs: list[tuple[str, str]]):
+        """By document id (a hash of the pair), in the order asked, each once."""
         if not pairs:
-            return []
-        ids = [_hash_id("rel", a, b) for a, b in pairs]
-        res = self.es.mget(index=self.cfg.alias, ids=ids, source=self._REL_FIELDS)
-        return [self._relation(d["_source"]) for d in res["docs"] if d.get("found")]
+            return [], lambda res: []
+        ids = list(dict.fromkeys(_hash_id("rel", a, b) for a, b in pairs))
+        fields = self._REL_FIELDS
+
+        def finish(res: list[list[dict]]) -> list[dict]:
+            by_pair = {(h["_source"]["from_key_kwd"], h["_source"]["to_key_kwd"]): h["_source"] for h in res[0]}
+            return [self._relation(by_pair[p]) for p in dict.fromkeys(pairs) if p in by_pair]
+
+        return [{"query": {"ids": {"values": ids}}, "_source": fields, "size": len(ids)}], finish
 
     def reports_for_entities(self, keys: list[str], k: int) -> list[dict]:
+        return self._run(self._plan_reports_for_entities(keys, k))
+
+    def _plan_reports_for_entities(self, keys: list[str], k: int):
         if not keys:
-            return []
+            return [], lambda res: []
         wanted = set(keys)
-        rows = []
-        for src in self._terms("community_report", "entity_keys_kwd", keys, self._REP_FIELDS):
-            row = self._report(src)
-            row["hits"] = len(wanted & set(src.get("entity_keys_kwd") or []))
-            rows.append(row)
-        return sorted(rows, key=lambda r: (-r["hits"], -r["rating"], r["community_id"]))[:k]
+
+        def finish(res: list[list[dict]]) -> list[dict]:
+            rows = []
+            for h in res[0]:
+                row = self._report(h["_source"])
+                row["hits"] = len(wanted & set(h["_source"].get("entity_keys_kwd") or []))
+                rows.append(row)
+            return sorted(rows, key=lambda r: (-r["hits"], -r["rating"], r["community_id"]))[:k]
+
+        return [self._terms_body("community_report", "entity_keys_kwd", keys, self._REP_FIELDS)], finish
 
     def reports_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
         rows = [
@@ -318,38 +398,52 @@ class EsIndex:
 
     def chunks_by_ids(self, chunk_ids: list[str], text: bool = False) -> list[dict]:
         """As DuckDBIndex.chunks_by_ids: one row per (chunk, document), its first position there."""
+        return self._run(self._plan_chunks_by_ids(chunk_ids, text))
+
+    def _plan_chunks_by_ids(self, chunk_ids: list[str], text: bool = False):
         if not chunk_ids:
-            return []
+            return [], lambda res: []
         fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int"] + (["content"] if text else [])
-        found: dict[tuple[str, str], dict] = {}
-        for s in self._terms("chunk", "chunk_id_kwd", list(set(chunk_ids)), fields):
-            row = {
-                "chunk_id": s["chunk_id_kwd"],
-                "doc_id": s["doc_id_kwd"],
-                "doc": s["docnm_kwd"],
-                "position": s["position_int"],
-            }
-            if text:
-                row["text"] = s["content"]
-            have = found.get((row["chunk_id"], row["doc_id"]))
-            if have is None or row["position"] < have["position"]:
-                found[(row["chunk_id"], row["doc_id"])] = row
-        return [found[k] for k in sorted(found)]
+
+        def finish(res: list[list[dict]]) -> list[dict]:
+            found: dict[tuple[str, str], dict] = {}
+            for h in res[0]:
+                s = h["_source"]
+                row = {
+                    "chunk_id": s["chunk_id_kwd"],
+                    "doc_id": s["doc_id_kwd"],
+                    "doc": s["docnm_kwd"],
+                    "position": s["position_int"],
+                }
+                if text:
+                    row["text"] = s["content"]
+                have = found.get((row["chunk_id"], row["doc_id"]))
+                if have is None or row["position"] < have["position"]:
+                    found[(row["chunk_id"], row["doc_id"])] = row
+            return [found[k] for k in sorted(found)]
+
+        return [self._terms_body("chunk", "chunk_id_kwd", sorted(set(chunk_ids)), fields)], finish
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]:
-        hits = self._knn("chunk", vector, k + 8, ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int", "content"])
-        rows = [
-            {
-                "chunk_id": s["chunk_id_kwd"],
-                "doc_id": s["doc_id_kwd"],
-                "doc": s["docnm_kwd"],
-                "position": s["position_int"],
-                "text": s["content"],
-                "sim": sim,
-            }
-            for sim, s in hits
-        ]
-        return sorted(rows, key=lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))[:k]
+        return self._run(self._plan_chunks_by_vector(vector, k))
+
+    def _plan_chunks_by_vector(self, vector: np.ndarray, k: int):
+        def finish(res: list[list[dict]]) -> list[dict]:
+            rows = [
+                {
+                    "chunk_id": s["chunk_id_kwd"],
+                    "doc_id": s["doc_id_kwd"],
+                    "doc": s["docnm_kwd"],
+                    "position": s["position_int"],
+                    "text": s["content"],
+                    "sim": sim,
+                }
+                for sim, s in self._sims(res[0])
+            ]
+            return sorted(rows, key=lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))[:k]
+
+        fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int", "content"]
+        return [self._knn_body("chunk", vector, k + 8, fields)], finish
 
     def chunks_by_text(self, question: str, k: int) -> list[dict]:
         """BM25 over chunk text."""

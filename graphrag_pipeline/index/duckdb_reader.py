@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -298,6 +300,10 @@ class DuckDBIndex:
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM chunks ORDER BY sim DESC, chunk_id, doc, position LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
+
+    def batch(self, calls: list[tuple[Callable[..., Any], tuple]]) -> list:
+        """The calls one after the other (in process there is no round trip to save)."""
+        return [method(*args) for method, args in calls]
 
     def type_pool(self) -> dict[str, list[str]]:
         if getattr(self, "_pool", None) is not None:

@@ -10,9 +10,11 @@ Rows are plain dicts (the keys each backend fills are the same: see the readers)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
 
     from graphrag_pipeline.llm.protocol import EmbeddingClient
@@ -74,6 +76,12 @@ class SearchIndex(Protocol):
         ...
 
     def chunks_by_vector(self, vector: np.ndarray, k: int) -> list[dict]: ...
+
+    def batch(self, calls: list[tuple[Callable[..., Any], tuple]]) -> list:
+        """Several independent calls of this index's own methods, as (bound method, arguments) pairs:
+        their results in order. Elasticsearch answers them in one request (_msearch); DuckDB calls
+        them one after the other."""
+        ...
 
 
 @runtime_checkable

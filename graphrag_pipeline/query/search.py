@@ -123,12 +123,16 @@ def _report_sources(row: dict) -> list[dict]:
     return [{"doc": d, "chunk": None, "chunk_id": None} for d in row.get("documents") or []]
 
 
-def _locate(index: SearchIndex, items: list[tuple[list[str], list[str] | None]]) -> list[list[dict]]:
-    """For each (chunk ids, allowed document keys or None) the located chunk rows, ordered by
-    document and position; one index request for all of them."""
-    wanted = {cid for ids, _ in items for cid in (ids or [])[:_SOURCE_LOOKUP]}
+def _source_lookup(items: list[tuple[list[str], list[str] | None]]) -> list[str]:
+    """The chunk ids `_locate` needs of the chunks_by_ids lookup, for (chunk ids, document keys) items."""
+    return sorted({cid for ids, _ in items for cid in (ids or [])[:_SOURCE_LOOKUP]})
+
+
+def _locate(chunk_rows: list[dict], items: list[tuple[list[str], list[str] | None]]) -> list[list[dict]]:
+    """For each (chunk ids, allowed document keys or None) the located chunk rows (from
+    `chunk_rows`, the chunks_by_ids rows of `_source_lookup(items)`), ordered by document and position."""
     by_id: dict[str, list[dict]] = defaultdict(list)
-    for row in index.chunks_by_ids(sorted(wanted)):
+    for row in chunk_rows:
         by_id[row["chunk_id"]].append(row)
     out = []
     for ids, docs in items:
@@ -203,21 +207,43 @@ def analyze_question_llm(client: ChatClient, question: str, type_pool: dict[str,
     return QueryAnalysis(types[:3], ents[:5] or [question])
 
 
+@dataclass
+class _Recall:
+    """What `_graph_recall` found: the ranked entities and relations (before the token budget), the
+    analysis, the community reports of all ranked entities, and the results of the extra calls."""
+
+    entities: list[dict]
+    relations: list[dict]
+    analysis: QueryAnalysis
+    reports: list[dict]
+    also: list
+
+
 def _graph_recall(
-    index: SearchIndex, question: str, p: SearchParams, analysis: QueryAnalysis | None, client: QueryClient | None
-) -> tuple[list[dict], list[dict], QueryAnalysis]:
-    """KGSearch: the ranked entities and relations (before the token budget) and the analysis."""
+    index: SearchIndex,
+    question: str,
+    p: SearchParams,
+    analysis: QueryAnalysis | None,
+    client: QueryClient | None,
+    also: list[tuple] = (),
+) -> _Recall:
+    """KGSearch. Index calls that do not depend on each other go in one `index.batch` (one request
+    to Elasticsearch): the entity and relation recall; the type recall and the n-hop relations; the
+    sources of the ranked items, the community reports of the ranked entities and the `also` calls."""
     embedder = index.embedder(client)
     if analysis is None and client is not None:
         analysis = analyze_question_llm(client, question, index.type_pool())
     analysis = analysis or analyze_question(question, index.type_pool())
 
     ent_vec = embedder.embed_one(", ".join(analysis.entities))
-    ents = {r["key"]: dict(r) for r in index.entities_by_vector(ent_vec, p.ent_candidates, p.ent_sim_threshold)}
-    rels = {
-        (r["source_key"], r["target_key"]): dict(r)
-        for r in index.relations_by_vector(embedder.embed_one(question), p.rel_candidates, p.rel_sim_threshold)
-    }
+    ent_rows, rel_rows = index.batch(
+        [
+            (index.entities_by_vector, (ent_vec, p.ent_candidates, p.ent_sim_threshold)),
+            (index.relations_by_vector, (embedder.embed_one(question), p.rel_candidates, p.rel_sim_threshold)),
+        ]
+    )
+    ents = {r["key"]: dict(r) for r in ent_rows}
+    rels = {(r["source_key"], r["target_key"]): dict(r) for r in rel_rows}
     for r in rels.values():
         r["pagerank"] = r["weight"]
 
@@ -235,14 +261,20 @@ def _graph_recall(
 
     # type recall: the top entities (by PageRank) of the answer types; only membership matters
     candidates = set(ents) | {k for pair in rels for k in pair} | {k for pair in nhop for k in pair}
-    type_keys = index.keys_of_types(analysis.answer_types, sorted(candidates), 10000)
+    # with the relations of the n-hop pairs that relation recall did not find
+    type_keys, pair_rows = index.batch(
+        [
+            (index.keys_of_types, (analysis.answer_types, sorted(candidates), 10000)),
+            (index.relations_by_pairs, ([pair for pair in nhop if pair not in rels],)),
+        ]
+    )
     for key in type_keys & set(ents):
         ents[key]["sim"] *= 2
     for pair, r in rels.items():
         boost = nhop.pop(pair, {"sim": 0.0})["sim"] + (pair[0] in type_keys) + (pair[1] in type_keys)
         r["sim"] *= boost + 1
     if nhop:
-        found = {(r["source_key"], r["target_key"]): r for r in index.relations_by_pairs(list(nhop))}
+        found = {(r["source_key"], r["target_key"]): r for r in pair_rows}
         for pair, hop in nhop.items():
             if pair in found:
                 r = dict(found[pair])
@@ -254,14 +286,27 @@ def _graph_recall(
     rel_rank = sorted(rels.values(), key=lambda r: (-r["sim"] * r["pagerank"], r["source_key"], r["target_key"]))[
         : p.rel_topn
     ]
-    # where they come from: one lookup for all of them
-    located = _locate(
-        index, [(e["source_ids"], e["doc_ids"]) for e in ent_rank] + [(r["source_ids"], None) for r in rel_rank]
+    # where they come from (one lookup for all of them), with the reports of the ranked entities
+    items = [(e["source_ids"], e["doc_ids"]) for e in ent_rank] + [(r["source_ids"], None) for r in rel_rank]
+    chunk_rows, reports, *also_results = index.batch(
+        [
+            (index.chunks_by_ids, (_source_lookup(items),)),
+            (index.reports_for_entities, ([e["key"] for e in ent_rank], p.comm_topn)),
+            *also,
+        ]
     )
-    for item, rows in zip(ent_rank + rel_rank, located):
+    for item, rows in zip(ent_rank + rel_rank, _locate(chunk_rows, items)):
         item["located"] = rows
         item["sources"] = [_chunk_source(r) for r in rows[:MAX_SOURCES]]
-    return ent_rank, rel_rank, analysis
+    return _Recall(ent_rank, rel_rank, analysis, reports, also_results)
+
+
+def _entity_reports(index: SearchIndex, recall: _Recall, kept: list[dict], k: int) -> list[dict]:
+    """The k community reports of the entities kept in the budget: those `_graph_recall` found when
+    the budget kept all ranked entities, else asked again."""
+    keys = [e["key"] for e in kept]
+    rows = recall.reports if keys == [e["key"] for e in recall.entities] else index.reports_for_entities(keys, k)
+    return [{**c, "sources": _report_sources(c)} for c in rows]
 
 
 def _entity_line(e: dict) -> str:
@@ -334,15 +379,12 @@ def local_search(
     client: QueryClient | None = None,
 ) -> QueryResult:
     p = params or SearchParams()
-    ent_rank, rel_rank, analysis = _graph_recall(index, question, p, analysis, client)
+    recall = _graph_recall(index, question, p, analysis, client)
+    analysis = recall.analysis
     budget = p.max_tokens
-    ent_rank, budget = _fit(ent_rank, _entity_line, budget)
-    rel_rank, budget = _fit(rel_rank, _relation_line, budget)
-    reports = [
-        {**c, "sources": _report_sources(c)}
-        for c in index.reports_for_entities([e["key"] for e in ent_rank], p.comm_topn)
-    ]
-    reports, budget = _fit(reports, _report_block, budget)
+    ent_rank, budget = _fit(recall.entities, _entity_line, budget)
+    rel_rank, budget = _fit(recall.relations, _relation_line, budget)
+    reports, budget = _fit(_entity_reports(index, recall, ent_rank, p.comm_topn), _report_block, budget)
     result = QueryResult(
         mode="local",
         entities=[_entity_item(e) for e in ent_rank],
@@ -365,10 +407,15 @@ def mix_search(
     entities and relations (an item's weight is 1 / its rank) interleaved with the chunks most
     similar to the question, then the top community report, all in one token budget."""
     p = params or SearchParams()
-    ent_rank, rel_rank, analysis = _graph_recall(index, question, p, analysis, client)
+    # the chunks most similar to the question come with the graph's sources
+    question_vec = index.embedder(client).embed_one(question)
+    recall = _graph_recall(
+        index, question, p, analysis, client, also=[(index.chunks_by_vector, (question_vec, p.chunk_topn))]
+    )
+    analysis = recall.analysis
     budget = p.max_tokens
-    ent_rank, budget = _fit(ent_rank, _entity_line, budget)
-    rel_rank, budget = _fit(rel_rank, _relation_line, budget)
+    ent_rank, budget = _fit(recall.entities, _entity_line, budget)
+    rel_rank, budget = _fit(recall.relations, _relation_line, budget)
 
     weight: dict[tuple[str, str], float] = defaultdict(float)
     for ranked in (ent_rank, rel_rank):
@@ -380,7 +427,7 @@ def mix_search(
         (r["chunk_id"], r["doc_id"]): r for r in index.chunks_by_ids(sorted({cid for cid, _ in graph_keys}), text=True)
     }
     by_graph = [(texts[k], round(weight[k], 6)) for k in graph_keys if k in texts]
-    by_sim = [(c, c["sim"]) for c in index.chunks_by_vector(index.embedder(client).embed_one(question), p.chunk_topn)]
+    by_sim = [(c, c["sim"]) for c in recall.also[0]]
     sim_keys = {(c["chunk_id"], c["doc_id"]) for c, _ in by_sim}
     graph_keys_set = {(c["chunk_id"], c["doc_id"]) for c, _ in by_graph}
     chunks, seen = [], set()
@@ -395,11 +442,7 @@ def mix_search(
                 via = "both" if key in sim_keys and key in graph_keys_set else source
                 chunks.append(_chunk_item(c, score, via))
     chunks, budget = _fit(chunks, _chunk_block, budget)
-    reports = [
-        {**c, "sources": _report_sources(c)}
-        for c in index.reports_for_entities([e["key"] for e in ent_rank], p.comm_topn)
-    ]
-    reports, budget = _fit(reports, _report_block, budget)
+    reports, budget = _fit(_entity_reports(index, recall, ent_rank, p.comm_topn), _report_block, budget)
     result = QueryResult(
         mode="mix",
         entities=[_entity_item(e) for e in ent_rank],

@@ -1915,18 +1915,23 @@ def es_benchmark(path: Path, qs: list[str], run_mode, es_alias: str = "graphrag-
                 say(f"could not delete the benchmark index {cfg.alias}: {exc}")
 
 
+def synthetic_questions(args, name: str) -> tuple[Path, Path, dict, float, list[str]]:
+    """A fresh work folder with the synthetic index of `args.entities` entities, and the questions."""
+    work = fresh(args.work_dir / name)
+    path = work / "index" / "search_index.duckdb"
+    say(f"{name}: building a synthetic index of {args.entities} entities")
+    t0 = time.perf_counter()
+    built = synthetic_index(args.entities, args.seed, path)
+    build_s = time.perf_counter() - t0
+    say(f"{name}: index built in {build_s:.1f}s: {built['counts']}, {built['size_mb']} MB")
+    return work, path, built, build_s, questions_for(built["sample_entities"], args.questions, args.seed)
+
+
 def cmd_query(args) -> None:
     from graphrag_pipeline.query import DuckDBIndex, query
 
     name = args.name or "query"
-    work = fresh(args.work_dir / name)
-    path = work / "index" / "search_index.duckdb"
-    say(f"query: building a synthetic index of {args.entities} entities")
-    t0 = time.perf_counter()
-    built = synthetic_index(args.entities, args.seed, path)
-    build_s = time.perf_counter() - t0
-    say(f"query: index built in {build_s:.1f}s: {built['counts']}, {built['size_mb']} MB")
-    qs = questions_for(built["sample_entities"], args.questions, args.seed)
+    work, path, built, build_s, qs = synthetic_questions(args, name)
 
     def run_mode(index, mode: str) -> dict:
         query(index, qs[0], mode)  # warm-up, not counted
@@ -2009,14 +2014,7 @@ def cmd_serve(args) -> None:
     import socket
 
     name = args.name or "serve"
-    work = fresh(args.work_dir / name)
-    path = work / "index" / "search_index.duckdb"
-    say(f"serve: building a synthetic index of {args.entities} entities")
-    t0 = time.perf_counter()
-    built = synthetic_index(args.entities, args.seed, path)
-    build_s = time.perf_counter() - t0
-    say(f"serve: index built in {build_s:.1f}s: {built['counts']}, {built['size_mb']} MB")
-    qs = questions_for(built["sample_entities"], args.questions, args.seed)
+    work, path, built, build_s, qs = synthetic_questions(args, name)
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -58,20 +58,21 @@ class DuckDBIndex:
                 f"no search index at {self.path}: run `graphrag-pipeline build` first "
                 f"(GRAPHRAG_HOME={self.path.parent.parent})"
             )
-        # read_only: no lock file, WAL or temp folder is written, so a read-only home is enough
+        # The file is attached read-only (no lock file, WAL or temp folder is written, so a read-only
+        # home is enough) to a private in-memory instance: DuckDB shares one instance among all
+        # connections of a process to the same path while any of them is open, so connecting to the
+        # path after a publish would read the old file again while an older DuckDBIndex is open.
+        con = duckdb.connect(":memory:")
         try:
-            self.con = duckdb.connect(str(self.path), read_only=True)
-        except (duckdb.Error, OSError) as exc:
+            con.execute("ATTACH ? AS published (READ_ONLY)", [str(self.path)])
+            con.execute("USE published")
+            self.meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
+        except (duckdb.Error, OSError, ValueError) as exc:
+            con.close()
             raise IndexUnreadableError(
                 f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
             ) from None
-        try:
-            self.meta = {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta").fetchall()}
-        except (duckdb.Error, ValueError) as exc:
-            self.con.close()
-            raise IndexUnreadableError(
-                f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
-            ) from None
+        self.con = con
         self.dim = int(self.meta.get("embedding_dim", 0))
         self._memory: dict[str, tuple] = {}
         self._pool = None

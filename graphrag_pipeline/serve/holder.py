@@ -6,7 +6,7 @@ the index changed. The first request that sees a new identity opens and preloads
 requests already running keep the index they leased; once loaded it becomes current in one
 assignment, and the old one is closed when its last lease is returned. A file replaced while it
 was being loaded is loaded again, so what is served is always one whole published version. Each
-version is attached to its own in-memory DuckDB instance (ServedIndex), so the old and the new
+version is attached to its own in-memory DuckDB instance (as every DuckDBIndex is), so the old and the new
 file are both open at once, each as itself.
 
 With Elasticsearch (GRAPHRAG_ES_URL) the reads are live; the index's `meta` document (its
@@ -25,39 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from graphrag_pipeline.index.duckdb_reader import DuckDBIndex, IndexNotFoundError, IndexUnreadableError
 from graphrag_pipeline.storage.layout import Paths
-
-
-class ServedIndex(DuckDBIndex):
-    """DuckDBIndex on a private database instance, preloaded.
-
-    DuckDB shares one database instance among all connections of a process to the same path while
-    any of them is open: reopening the path after a publish, with the old version still leased,
-    would read the old file again (and so would a build running in the same process). Attaching the
-    file to a private in-memory instance opens the file that is at the path now."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        if not self.path.exists():
-            raise IndexNotFoundError(f"no search index at {self.path}: run `graphrag-pipeline build` first")
-        con = duckdb.connect(":memory:")
-        try:
-            con.execute("ATTACH ? AS published (READ_ONLY)", [str(self.path)])
-            con.execute("USE published")
-            self.con = con
-            self.meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
-        except (duckdb.Error, OSError, ValueError) as exc:
-            con.close()
-            raise IndexUnreadableError(
-                f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
-            ) from None
-        self.dim = int(self.meta.get("embedding_dim", 0))
-        self._memory: dict[str, tuple] = {}
-        self._pool = None
-        self.preload()
 
 
 class Busy(RuntimeError):
@@ -147,7 +116,7 @@ class IndexHolder:
             return Loaded(EsIndex(self.es_cfg), ident, "elasticsearch")
         for _ in range(5):
             before = self._identity()
-            index = ServedIndex(self.paths.index_file)
+            index = DuckDBIndex(self.paths.index_file, preload=True)
             after = self._identity()
             if before == after:  # the file loaded is the one these stats describe
                 return Loaded(index, after, "duckdb", lock=threading.Lock())

@@ -8,7 +8,7 @@ import pytest
 from graphrag_pipeline.extract.records import Entity, Extraction, Relation
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS, build_doc_subgraph
 from graphrag_pipeline.graph.merge import merge_subgraphs
-from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA
+from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 
 
 def ent(name: str, etype: str = "PERSON", description: str = "") -> Entity:
@@ -426,3 +426,40 @@ def test_chunk_table_follows_changed_documents_only(tmp_path):
     assert out.equals(original(live))
     os.utime(store._doc_file("chunks", "d030", ".parquet"))  # a rewrite with the same content
     assert all_chunks(store, live).equals(original(live))
+
+
+def test_graph_check_finds_dangling_looped_unordered_and_duplicate_edges():
+    from graphrag_pipeline.defs.checks import _graph_problems
+
+    nodes = pl.DataFrame({"key": ["a", "b", "c", "c"]})
+    edges = pl.DataFrame(
+        {
+            "source_key": ["a", "a", "a", "b", "c", "b"],
+            "target_key": ["b", "b", "zz", "b", "a", "x"],
+        }
+    )
+    problems = _graph_problems(nodes, edges)
+    assert problems == [
+        "duplicate node keys",
+        "2 edges point to missing nodes",
+        "1 self-loops",
+        "1 edges not stored in canonical order",
+        "1 duplicate edges",
+    ]
+    assert _graph_problems(nodes.unique(), edges.head(1)) == []
+
+
+def test_metrics_count_edges_to_keys_missing_from_the_nodes_like_networkx():
+    import networkx as nx
+
+    nodes = pl.DataFrame({"key": ["a", "b", "c"]})
+    edges = pl.DataFrame(
+        {"source_key": ["a", "a", "b", "c"], "target_key": ["b", "q", "c", "c"], "weight": [2.0, 1.0, 3.0, 5.0]}
+    )
+    out = with_metrics(nodes.with_columns(pl.lit(0).alias("degree"), pl.lit(0.0).alias("pagerank")), edges)
+    g = nx.Graph()
+    g.add_nodes_from(["a", "b", "c"])
+    g.add_weighted_edges_from([("a", "b", 2.0), ("a", "q", 1.0), ("b", "c", 3.0)])
+    pr = nx.pagerank(g, weight="weight")
+    assert out["degree"].to_list() == [g.degree("a"), g.degree("b"), g.degree("c")]
+    assert out["pagerank"].to_list() == pytest.approx([pr["a"], pr["b"], pr["c"]], rel=1e-4)

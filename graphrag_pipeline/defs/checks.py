@@ -13,8 +13,13 @@ def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:
     problems = []
     if nodes["key"].n_unique() != nodes.height:
         problems.append("duplicate node keys")
-    keys = set(nodes["key"].to_list())
-    dangling = sum(1 for s, t in zip(edges["source_key"], edges["target_key"]) if s not in keys or t not in keys)
+    keys = nodes.select("key").unique()
+    dangling = (
+        edges.join(keys, left_on="source_key", right_on="key", how="semi")
+        .join(keys, left_on="target_key", right_on="key", how="semi")
+        .height
+    )
+    dangling = edges.height - dangling
     if dangling:
         problems.append(f"{dangling} edges point to missing nodes")
     loops = edges.filter(pl.col("source_key") == pl.col("target_key")).height
@@ -30,7 +35,7 @@ def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:
 
 
 def _graph_check(name: str, settings: PipelineSettings) -> dg.AssetCheckResult:
-    nodes, edges = settings.store().read_graph(name)
+    nodes, edges = settings.store().read_graph(name, ["key"], ["source_key", "target_key"])
     problems = _graph_problems(nodes, edges)
     return dg.AssetCheckResult(
         passed=not problems,
@@ -58,10 +63,14 @@ def resolved_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckRes
 )
 def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
-    nodes, _ = store.read_graph("resolved_graph")
+    nodes, _ = store.read_graph("resolved_graph", ["key"], ["source_key"])
     df = store.read_communities()
-    keys = set(nodes["key"].to_list())
-    unknown = {k for members in df["nodes"].to_list() for k in members if k not in keys}
+    unknown = set(
+        df.select(pl.col("nodes").explode().alias("key"))
+        .drop_nulls()
+        .join(nodes.select("key"), on="key", how="anti")["key"]
+        .to_list()
+    )
     ids = set(df["community_id"].to_list())
     orphans = [p for p in df["parent_id"].drop_nulls().to_list() if p not in ids]
     return dg.AssetCheckResult(

@@ -20,7 +20,7 @@ from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.communities import update_communities
 from graphrag_pipeline.graph.mentions import update_merged_graph
-from graphrag_pipeline.graph.resolution import LLMJudge, resolve_incremental
+from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_resolution
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
 from graphrag_pipeline.llm.client import LLMCircuitOpen
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
@@ -74,7 +74,8 @@ def knowledge_graph(
         context.log.warning(
             f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined"
         )
-    store.write_graph("knowledge_graph", nodes, edges)
+    # edges no summary changed are copied from the merge's file instead of being encoded again
+    store.write_graph_tables("knowledge_graph", nodes, edges, merged.edges_file if edges is merged.edges else None)
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
         context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")
@@ -118,33 +119,41 @@ def resolved_graph(
     context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings
 ) -> dg.MaterializeResult:
     store = settings.store()
-    nodes, edges = store.read_graph("knowledge_graph")
+    nodes = store.read_graph_nodes("knowledge_graph")
     state = store.read_state("resolution", {})
     step = StepLLM("resolved_graph", settings, llm, used=settings.method != "fast" and llm.use_for_resolution)
     client = step.client
     judge = LLMJudge(client) if client else None
     judge_id = f"llm:{client.model}" if client else "offline"
     with endpoint_down_fails_the_step():
-        result = resolve_incremental(nodes, edges, state, judge=judge, judge_id=judge_id)
+        plan = plan_resolution(nodes, state, judge=judge, judge_id=judge_id)
     usage = step.record()
-    store.write_graph("resolved_graph", result.nodes, result.edges)
-    store.write_state("resolution", result.state)
+    if plan.pairs:
+        _, edges = store.read_graph("knowledge_graph", node_columns=["key"])
+        out_nodes, edges, mapping = merge_entities(nodes, edges, plan.pairs)
+        store.write_graph("resolved_graph", out_nodes, edges)
+        relations = edges.height
+    else:  # nothing to merge: the knowledge graph is the resolved graph, copied byte for byte
+        out_nodes, mapping = nodes, {}
+        store.copy_graph("knowledge_graph", "resolved_graph")
+        relations = pl.scan_parquet(store.graph_edges_file("resolved_graph")).select(pl.len()).collect().item()
+    store.write_state("resolution", plan.state)
     context.log.info(
-        f"resolved {result.candidates} candidate pairs, {result.merged} merged ({len(result.changed)} new entities)"
+        f"resolved {plan.candidates} candidate pairs, {len(mapping)} merged ({len(plan.changed)} new entities)"
     )
-    merges = [{"merged": k, "into": v} for k, v in sorted(result.mapping.items())]
+    merges = [{"merged": k, "into": v} for k, v in sorted(mapping.items())]
     return dg.MaterializeResult(
         metadata={
-            "entities": result.nodes.height,
-            "relations": result.edges.height,
-            "new_entities": len(result.changed),
-            "candidate_pairs": result.candidates,
-            "merged_pairs": result.merged,
+            "entities": out_nodes.height,
+            "relations": relations,
+            "new_entities": len(plan.changed),
+            "candidate_pairs": plan.candidates,
+            "merged_pairs": len(mapping),
             "judge": judge_id if client else "offline (normalised name equality)",
             "unparsed_answers": judge.unparsed if judge else 0,
             **llm_metadata(usage),
             "merges": md_table(merges, ["merged", "into"]),
-            "top_entities": _top_entities(result.nodes),
+            "top_entities": _top_entities(out_nodes),
         }
     )
 
@@ -166,7 +175,10 @@ def communities(
     context: dg.AssetExecutionContext, settings: PipelineSettings, config: CommunitiesConfig
 ) -> dg.MaterializeResult:
     store = settings.store()
-    nodes, edges = store.read_graph("resolved_graph")
+    # the columns clustering and report fingerprints use (not the lists of ids and fragments)
+    nodes, edges = store.read_graph(
+        "resolved_graph", ["key", "name", "type", "description"], ["source_key", "target_key", "weight", "description"]
+    )
     previous = store.read_community_state()
     instance = context.instance
     written = instance.get_materialized_partitions(dg.AssetKey("community_reports"))

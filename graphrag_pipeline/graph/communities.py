@@ -143,10 +143,18 @@ def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) ->
         .filter(pl.col("a") != pl.col("b"))
         .unique(["a", "b"], keep="last", maintain_order=True)
     )
-    keys = sorted(set(nodes["key"].to_list()) | set(e["a"].to_list()) | set(e["b"].to_list()))
-    index = {k: i for i, k in enumerate(keys)}
-    src = np.fromiter((index[x] for x in e["a"].to_list()), dtype=np.int64, count=e.height)
-    dst = np.fromiter((index[x] for x in e["b"].to_list()), dtype=np.int64, count=e.height)
+    # every key numbered by its sorted position (polars sorts UTF-8 by bytes: code point order, as
+    # Python does); an Enum of the sorted keys turns each edge end into that number without a
+    # Python loop over the edges
+    keys = (
+        pl.concat([nodes.select("key"), e.select(pl.col("a").alias("key")), e.select(pl.col("b").alias("key"))])
+        .unique()
+        .sort("key")["key"]
+        .to_list()
+    )
+    numbered = pl.Enum(keys)
+    src = e["a"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+    dst = e["b"].cast(numbered).to_physical().to_numpy().astype(np.int64)
     w = e["w"].to_numpy().astype(np.float64)
     c = e["c"].to_numpy().astype(np.uint64)
     n = len(keys)

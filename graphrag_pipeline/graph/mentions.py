@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -46,6 +47,7 @@ class MergedGraph:
     documents_removed: int
     affected_keys: int  # entity keys merged again (-1: everything was merged)
     full: bool  # merged from scratch
+    edges_file: Path | None = None  # the bundle's Parquet file holding exactly `edges` (to copy, not re-encode)
 
 
 def _with_shard(df: pl.DataFrame) -> pl.DataFrame:
@@ -85,8 +87,10 @@ def _full(
     for i in range(SHARDS):
         tables[f"entities-{i:02d}"] = entities.filter(pl.col("_shard") == i).drop("_shard")
         tables[f"relations-{i:02d}"] = relations.filter(pl.col("_shard") == i).drop("_shard")
-    bundle.write(tables, previous=manifest, drop=set((manifest or {}).get("tables", {})), merge_dropped=dropped)
-    return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True)
+    written = bundle.write(
+        tables, previous=manifest, drop=set((manifest or {}).get("tables", {})), merge_dropped=dropped
+    )
+    return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, bundle.path(written, "edges"))
 
 
 def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signatures: dict[str, str]) -> MergedGraph:
@@ -96,16 +100,19 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
     removed = sorted(set(before) - set(keys))
     nodes, edges = bundle.read(manifest, "nodes"), bundle.read(manifest, "edges")
     if not changed and not removed:
-        return _result(nodes, edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)
+        return _result(
+            nodes, edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False, bundle.path(manifest, "edges")
+        )
     gone = pl.Series("d", changed + removed, dtype=pl.Utf8).implode()
     new_entities, new_relations = store.read_subgraphs(changed)
     new_entities, new_relations = _with_shard(new_entities), _with_shard(new_relations)
     affected: set[str] = set(new_entities["key"].to_list())
     shards: dict[str, pl.DataFrame] = {}
+    old_shards: dict[str, pl.DataFrame] = {}  # the rewritten shards as they were
     for i in sorted({shard_of(d) for d in changed + removed}):
         for kind, fresh in (("entities", new_entities), ("relations", new_relations)):
             name = f"{kind}-{i:02d}"
-            old = bundle.read(manifest, name)
+            old = old_shards[name] = bundle.read(manifest, name)
             if kind == "entities":
                 affected |= set(old.filter(pl.col("doc_id").is_in(gone))["key"].to_list())
             add = fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)
@@ -113,11 +120,17 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
     k = pl.Series("k", sorted(affected), dtype=pl.Utf8).implode()
     ents = _scan(bundle, manifest, shards, "entities", pl.col("key").is_in(k)).select(list(ENTITY_ROWS))
     touching = pl.col("source_key").is_in(k) | pl.col("target_key").is_in(k)
-    rels = _scan(bundle, manifest, shards, "relations", touching).select(list(RELATION_ROWS))
+    # the shards not rewritten are read once: their rows are the same before and after
+    kept_rels = _scan(bundle, manifest, shards, "relations", touching, rewritten=False)
+    rels = pl.concat(
+        [kept_rels, _scan(bundle, manifest, shards, "relations", touching, on_disk=False)], how="vertical_relaxed"
+    ).select(list(RELATION_ROWS))
     # rows touching an affected key are the only ones whose fate (kept or dropped) can change
-    old_rels = _scan(bundle, manifest, {}, "relations", touching)
+    old_rels = pl.concat(
+        [kept_rels, _scan(bundle, manifest, old_shards, "relations", touching, on_disk=False)], how="vertical_relaxed"
+    )
     dropped = (
-        int(manifest["merge_dropped"]) - dropped_relations(old_rels, bundle.read(manifest, "nodes").select("key"))
+        int(manifest["merge_dropped"]) - dropped_relations(old_rels, nodes.select("key"))
         if old_rels.height
         else int(manifest["merge_dropped"])
     )
@@ -126,27 +139,39 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
     )
-    bundle.write(
+    written = bundle.write(
         {**shards, "sources": new_sources, "nodes": nodes, "edges": edges}, previous=manifest, merge_dropped=dropped
     )
-    return _result(nodes, edges, dropped, new_sources, len(changed), len(removed), len(affected), False)
+    edges_file = bundle.path(written, "edges")
+    return _result(nodes, edges, dropped, new_sources, len(changed), len(removed), len(affected), False, edges_file)
 
 
 def _scan(
-    bundle: ParquetBundle, manifest: dict, shards: dict[str, pl.DataFrame], kind: str, where: pl.Expr
+    bundle: ParquetBundle,
+    manifest: dict,
+    shards: dict[str, pl.DataFrame],
+    kind: str,
+    where: pl.Expr,
+    *,
+    rewritten: bool = True,
+    on_disk: bool = True,
 ) -> pl.DataFrame:
-    """Rows of every `kind` shard matching `where`: rewritten shards from memory, the others from disk."""
+    """Rows of every `kind` shard matching `where`: the shards in `shards` from memory (unless not
+    `rewritten`), the others from disk (unless not `on_disk`)."""
     names = sorted(n for n in manifest["tables"] if n.startswith(kind + "-"))
-    frames = [shards[n].filter(where) for n in names if n in shards]
-    files = [str(bundle.folder / manifest["tables"][n]) for n in names if n not in shards]
+    frames = [shards[n].filter(where) for n in names if n in shards] if rewritten else []
+    files = [str(bundle.folder / manifest["tables"][n]) for n in names if n not in shards] if on_disk else []
     if files:
         frames.append(pl.scan_parquet(files).filter(where).collect())
+    if not frames:
+        first = bundle.read(manifest, names[0]) if names else pl.DataFrame()
+        return first.clear()
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def _result(nodes, edges, merge_dropped: int, sources, changed, removed, affected, full) -> MergedGraph:
+def _result(nodes, edges, merge_dropped: int, sources, changed, removed, affected, full, edges_file) -> MergedGraph:
     dropped = int(merge_dropped) + int(sources["dropped"].sum() or 0)
-    return MergedGraph(with_metrics(nodes, edges), edges, dropped, changed, removed, affected, full)
+    return MergedGraph(with_metrics(nodes, edges), edges, dropped, changed, removed, affected, full, edges_file)
 
 
 # -- the chunks of every document, for the search index ----------------------------------------

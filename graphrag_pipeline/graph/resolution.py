@@ -509,6 +509,42 @@ class IncrementalResolution(ResolutionResult):
     state: dict = field(default_factory=dict)  # to store and pass to the next resolution
 
 
+@dataclass
+class ResolutionPlan:
+    """What an incremental resolution decides before touching edges (see resolve_incremental)."""
+
+    candidates: int  # candidate pairs proposed by the pre-filter
+    accepted: list[tuple[str, str]]  # pairs the judge accepted now
+    pairs: list[tuple[str, str]]  # every pair to merge: accepted now or earlier, both nodes still present
+    changed: set[str]
+    state: dict
+
+
+def plan_resolution(
+    nodes: pl.DataFrame, state: dict | None, judge: Judge | None = None, judge_id: str = "offline"
+) -> ResolutionPlan:
+    """The pairs to merge: earlier accepted pairs whose two nodes still exist, and the judge's
+    verdicts on candidate pairs involving nodes new since the last resolution. Needs only the nodes:
+    when nothing is to be merged, the edges pass through untouched (and need not be read)."""
+    state = state or {}
+    if state.get("judge") != judge_id:
+        state = {}
+    known = set(state.get("known_keys", []))
+    keys = set(nodes["key"].to_list())
+    changed = keys - known
+    pairs = candidate_pairs(nodes, changed)
+    accepted = judge_pairs(nodes, pairs, judge)
+    previous = [tuple(p) for p in state.get("accepted", []) if p[0] in keys and p[1] in keys]
+    all_pairs = sorted(set(previous) | set(accepted))
+    return ResolutionPlan(
+        candidates=len(pairs),
+        accepted=accepted,
+        pairs=all_pairs,
+        changed=changed,
+        state={"judge": judge_id, "known_keys": sorted(keys), "accepted": [list(p) for p in all_pairs]},
+    )
+
+
 def resolve_incremental(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
@@ -522,26 +558,17 @@ def resolve_incremental(
     Earlier accepted pairs whose two nodes still exist are merged again without asking the judge;
     a different judge (e.g. offline -> LLM) invalidates the state and everything is judged anew.
     """
-    state = state or {}
-    if state.get("judge") != judge_id:
-        state = {}
-    known = set(state.get("known_keys", []))
-    keys = set(nodes["key"].to_list())
-    changed = keys - known
-    pairs = candidate_pairs(nodes, changed)
-    accepted = judge_pairs(nodes, pairs, judge)
-    previous = [tuple(p) for p in state.get("accepted", []) if p[0] in keys and p[1] in keys]
-    all_pairs = sorted(set(previous) | set(accepted))
-    new_nodes, new_edges, mapping = merge_entities(nodes, edges, all_pairs)
+    plan = plan_resolution(nodes, state, judge, judge_id)
+    new_nodes, new_edges, mapping = merge_entities(nodes, edges, plan.pairs)
     return IncrementalResolution(
         nodes=new_nodes,
         edges=new_edges,
-        candidates=len(pairs),
+        candidates=plan.candidates,
         merged=len(mapping),
         mapping=mapping,
-        merged_pairs=accepted,
-        changed=changed,
-        state={"judge": judge_id, "known_keys": sorted(keys), "accepted": [list(p) for p in all_pairs]},
+        merged_pairs=plan.accepted,
+        changed=plan.changed,
+        state=plan.state,
     )
 
 

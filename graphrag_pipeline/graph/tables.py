@@ -86,19 +86,35 @@ def pagerank(
 
 
 def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
-    """Return nodes with `degree` (number of neighbours) and weighted `pagerank` recomputed from edges."""
+    """Return nodes with `degree` (number of neighbours) and weighted `pagerank` recomputed from edges.
+
+    Keys are numbered by polars joins, not Python dicts: the metrics are recomputed over the whole
+    graph on every update, so this must stay cheap at a million edges."""
     if nodes.height == 0:
         return nodes.with_columns(pl.lit(0, pl.Int64).alias("degree"), pl.lit(0.0).alias("pagerank"))
-    keys = nodes["key"].to_list()
-    index = {k: i for i, k in enumerate(keys)}
-    extra = [k for k in dict.fromkeys(edges["source_key"].to_list() + edges["target_key"].to_list()) if k not in index]
-    for k in extra:  # an edge to a node missing from `nodes` still counts, as in a networkx graph
-        index[k] = len(index)
-    n = len(index)
     pairs = edges.select("source_key", "target_key", "weight").filter(pl.col("source_key") != pl.col("target_key"))
-    src = np.fromiter((index[k] for k in pairs["source_key"].to_list()), dtype=np.int64, count=pairs.height)
-    dst = np.fromiter((index[k] for k in pairs["target_key"].to_list()), dtype=np.int64, count=pairs.height)
-    w = pairs["weight"].fill_null(1.0).to_numpy().astype(np.float64)
+    # an edge to a node missing from `nodes` still counts, as in a networkx graph: such keys are
+    # numbered after the nodes, in order of first appearance
+    index = nodes.select(pl.col("key").cast(pl.Utf8)).with_row_index("i", offset=0)
+    ends = pl.concat([pairs.select(pl.col("source_key").alias("key")), pairs.select(pl.col("target_key").alias("key"))])
+    extra = (
+        ends.with_row_index("_o")
+        .join(index, on="key", how="anti")
+        .group_by("key")
+        .agg(pl.col("_o").min())
+        .sort("_o")
+        .select("key")
+    )
+    if extra.height:
+        index = pl.concat([index, extra.with_row_index("i", offset=nodes.height).select("i", "key")])
+    n = index.height
+    ids = index.rename({"key": "k"})
+    numbered = pairs.join(ids.rename({"k": "source_key", "i": "s"}), on="source_key", how="left").join(
+        ids.rename({"k": "target_key", "i": "t"}), on="target_key", how="left"
+    )
+    src = numbered["s"].to_numpy().astype(np.int64)
+    dst = numbered["t"].to_numpy().astype(np.int64)
+    w = numbered["weight"].fill_null(1.0).to_numpy().astype(np.float64)
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)
     unique_pairs = np.unique(lo * n + hi) if len(lo) else np.zeros(0, dtype=np.int64)
     degree = np.bincount(np.concatenate([unique_pairs // n, unique_pairs % n]), minlength=n)

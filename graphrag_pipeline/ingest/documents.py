@@ -146,6 +146,31 @@ def corpus_keys(relpaths: Iterable[str]) -> dict[str, str]:
     return keys
 
 
+def _supported_files(root: str) -> list[str]:
+    """Relative paths (with `/`) of the supported files below `root`, hidden names and symlinked
+    folders skipped (as `Path.rglob` does), unreadable sub-folders skipped. os.scandir tells files
+    from folders without a stat per entry: a corpus is listed on every build."""
+    found: list[str] = []
+    todo = [""]
+    while todo:
+        rel_dir = todo.pop()
+        try:
+            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith("."):
+                        continue
+                    rel = f"{rel_dir}/{name}" if rel_dir else name
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(rel)
+                    elif os.path.splitext(name)[1].lower() in SUPPORTED_SUFFIXES and entry.is_file():
+                        found.append(rel)
+        except (PermissionError, NotADirectoryError, FileNotFoundError):
+            if not rel_dir:
+                raise
+    return found
+
+
 def scan_corpus(corpus: Path) -> list[CorpusFile]:
     """All supported files below `corpus`, sorted by relative path (hidden files and folders skipped).
 
@@ -154,13 +179,7 @@ def scan_corpus(corpus: Path) -> list[CorpusFile]:
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise FileNotFoundError(f"corpus directory not found: {corpus}")
-    found: list[tuple[str, Path]] = []
-    for path in corpus.rglob("*"):
-        rel = path.relative_to(corpus)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        if path.suffix.lower() in SUPPORTED_SUFFIXES and path.is_file():
-            found.append((rel.as_posix(), path))
+    found = [(rel, corpus / rel) for rel in _supported_files(os.fspath(corpus))]
     keys = corpus_keys(rel for rel, _ in found)
     files = [CorpusFile(keys[rel], display_path(rel), path) for rel, path in found]
     files.sort(key=lambda f: (f.relpath, _raw_bytes(str(f.path))))

@@ -75,6 +75,12 @@ def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False) -> 
     return digest
 
 
+def copy_file(source: Path, target: Path) -> None:
+    """Copy `source` onto `target` atomically (a byte copy: no table is decoded and encoded again)."""
+    with atomic_path(target, Path(source).suffix) as tmp:
+        shutil.copyfile(source, tmp)
+
+
 _PARQUET_MAGIC = b"PAR1"
 
 
@@ -140,14 +146,16 @@ def _short(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def read_parquet(path: Path, schema: dict | None = None) -> pl.DataFrame:
-    """The table in `path`; an empty table (of `schema`) when the file does not exist. A file that
-    exists but cannot be read raises DamagedFileError naming it."""
+def read_parquet(path: Path, schema: dict | None = None, columns: list[str] | None = None) -> pl.DataFrame:
+    """The table in `path` (only `columns`, when given); an empty table (of `schema`) when the file
+    does not exist. A file that exists but cannot be read raises DamagedFileError naming it."""
     path = Path(path)
     if not path.exists():
+        if schema and columns:
+            return pl.DataFrame(schema={c: schema[c] for c in columns})
         return pl.DataFrame(schema=schema) if schema else pl.DataFrame()
     try:
-        return pl.read_parquet(path)
+        return pl.read_parquet(path, columns=columns)
     except pl.exceptions.PolarsError as exc:
         try:
             verify_parquet(path)
@@ -287,8 +295,12 @@ class ParquetBundle:
             return None
         return data
 
+    def path(self, manifest: dict, table: str) -> Path:
+        """The file that holds `table` in the generation `manifest` names."""
+        return self.folder / manifest["tables"][table]
+
     def read(self, manifest: dict, table: str) -> pl.DataFrame:
-        path = self.folder / manifest["tables"][table]
+        path = self.path(manifest, table)
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, "a table of the manifest is missing", str(path))
         return read_parquet(path)

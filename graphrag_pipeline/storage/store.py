@@ -7,7 +7,7 @@ working on different documents never share a file. Whole-graph outputs have a si
 from __future__ import annotations
 
 import os
-import unicodedata
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import (
     DamagedFileError,
     ParquetBundle,
+    copy_file,
     parquet_problem,
     read_json,
     read_parquet,
@@ -51,7 +52,10 @@ class InvalidPartitionKey(ValueError):
     "a/b", "." or a NUL byte): added by hand through Dagster's UI or API, never by a scan."""
 
 
-@lru_cache(maxsize=65536)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc, exactly
+
+
+@lru_cache(maxsize=1 << 18)
 def partition_key_problem(key: object) -> str | None:
     """Why `key` cannot be a document partition key (None when it can). Keys made by
     `partition_key` always can."""
@@ -67,7 +71,7 @@ def partition_key_problem(key: object) -> str | None:
         return "it contains a NUL byte"
     if key.startswith("."):
         return "it starts with '.' (hidden and temporary files do)"
-    if any(unicodedata.category(ch) == "Cc" for ch in key):
+    if _CONTROL.search(key):
         return "it contains a control character"
     try:
         size = len(key.encode("utf-8"))
@@ -214,7 +218,8 @@ class Store:
     def signatures(self, asset: str, keys: list[str], suffixes: tuple[str, ...]) -> dict[str, str]:
         """Per document, a signature of its output files of `asset` (size and modification time): a
         rewrite changes it."""
-        folder = self.paths.doc_dir(asset)
+        folder = os.fspath(self.paths.doc_dir(asset)) + os.sep  # plain strings: this runs for every document
+        stat = os.stat
         out = {}
         for key in keys:
             if partition_key_problem(key) is not None:
@@ -223,7 +228,7 @@ class Store:
             parts = []
             for suffix in suffixes:
                 try:
-                    st = os.stat(folder / f"{key}{suffix}")
+                    st = stat(folder + key + suffix)
                     parts.append(f"{st.st_size}:{st.st_mtime_ns}")
                 except FileNotFoundError:
                     parts.append("missing")
@@ -254,16 +259,16 @@ class Store:
             folder = self.paths.doc_dir(asset)
             if not folder.exists():
                 continue
-            for f in folder.iterdir():
-                if f.name.startswith("."):
+            for name in os.listdir(folder):  # names only: this runs on every build
+                if name.startswith("."):
                     continue
-                key = f.name
+                key = name
                 for suffix in (".entities.parquet", ".relations.parquet", ".parquet", ".json"):
                     if key.endswith(suffix):
                         key = key[: -len(suffix)]
                         break
                 if key not in live_keys:
-                    f.unlink(missing_ok=True)
+                    (folder / name).unlink(missing_ok=True)
                     removed += 1
         return removed
 
@@ -276,11 +281,42 @@ class Store:
         write_parquet(nodes.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA), n)
         write_parquet(edges.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), e)
 
-    def read_graph(self, name: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def write_graph_tables(
+        self, name: str, nodes: pl.DataFrame, edges: pl.DataFrame | None, edges_file: Path | None = None
+    ) -> None:
+        """write_graph, except that the edges are copied byte for byte from `edges_file` (a Parquet
+        file holding exactly `edges` in EDGE_SCHEMA) when given: a million edges are encoded once
+        per update, not once per stage that passes them on unchanged."""
+        if edges_file is None:
+            self.write_graph(name, nodes, edges)
+            return
+        n, e = self._graph_files(name)
+        write_parquet(nodes.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA), n)
+        copy_file(edges_file, e)
+
+    def copy_graph(self, source: str, target: str) -> None:
+        """Graph `target` becomes a byte copy of graph `source` (a stage that changed nothing)."""
+        for src, dst in zip(self._graph_files(source), self._graph_files(target)):
+            copy_file(src, dst)
+
+    def read_graph_nodes(self, name: str) -> pl.DataFrame:
+        n, _ = self._graph_files(name)
+        if not n.exists():
+            raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
+        return read_parquet(n, NODE_SCHEMA)
+
+    def graph_edges_file(self, name: str) -> Path:
+        return self._graph_files(name)[1]
+
+    def read_graph(
+        self, name: str, node_columns: list[str] | None = None, edge_columns: list[str] | None = None
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The graph's nodes and edges (only the columns named, when given: the checks and the
+        clustering need a few columns of a table whose descriptions make most of its bytes)."""
         n, e = self._graph_files(name)
         if not n.exists():
             raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
-        return read_parquet(n, NODE_SCHEMA), read_parquet(e, EDGE_SCHEMA)
+        return read_parquet(n, NODE_SCHEMA, node_columns), read_parquet(e, EDGE_SCHEMA, edge_columns)
 
     def write_state(self, name: str, state: dict) -> None:
         write_json(state, self.paths.graph_dir / f"{name}.json")

@@ -2225,7 +2225,8 @@ def cmd_plots(args) -> None:
         if r.get("update_reports_rewritten") is not None:
             last = i == len(ok) - 1 and len(ok) > 1
             ax.annotate(
-                f"{r['update_reports_rewritten']}/{r.get('report_partitions')} reports re-written",
+                f"{r['update_reports_rewritten']}/{r.get('report_partitions')} reports re-written"
+                + (f"; graph: {r['relations']:,} relations" if r.get("relations") else ""),
                 (d, r["update_wall_s"]),
                 textcoords="offset points",
                 xytext=(-6 if last else 6, 6),

@@ -12,6 +12,7 @@ import pytest
 
 from graphrag_pipeline.ingest.documents import (
     DocumentText,
+    find_corpus_files,
     html_to_text,
     markdown_to_text,
     partition_key,
@@ -436,3 +437,39 @@ def test_sample_chinese_documents_decode():
         assert "郑和" in doc.text or "纸" in doc.text
         if f.relpath.endswith(".md"):
             assert not re.search(r"^#", doc.text, re.M)
+
+
+def test_find_corpus_files_names_what_scan_corpus_names(tmp_path):
+    corpus = tmp_path / "corpus"
+    names = [
+        "a.txt",
+        "notes/b.md",
+        "deep/er/c.html",
+        "with space.txt",  # lossy: a hashed key, found by listing
+        "dash-name.txt",
+        "x--y.txt",  # "--" in the name: hashed
+        "Kelvin.txt",
+        "\u212aelvin.txt",  # KELVIN SIGN: NFC "Kelvin.txt", a twin of the ASCII name
+        ".hidden/d.txt",
+        "skip.pdf",
+        "caf\u00e9.txt",
+    ]
+    for n in names:
+        p = corpus / n
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(n, encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "e.txt").write_text("e", encoding="utf-8")
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)  # not descended into, like rglob
+    scanned = {f.key: f for f in scan_corpus(corpus)}
+    keys = sorted(scanned)
+    for key in keys:  # one at a time: the direct lookup when the key allows it
+        found = find_corpus_files(corpus, [key])
+        assert found[key].relpath == scanned[key].relpath and found[key].path == scanned[key].path
+    found = find_corpus_files(corpus, keys)  # some keys need the listing: all come from it
+    assert {k: (f.relpath, f.path) for k, f in found.items()} == {k: (f.relpath, f.path) for k, f in scanned.items()}
+    # keys of files scan_corpus does not list are not found either
+    for ghost in (".hidden--d.txt", "linked--e.txt", "skip.pdf", "missing.txt"):
+        assert find_corpus_files(corpus, [ghost]) == {}
+    assert "Kelvin.txt" in scanned and scanned["Kelvin.txt"].relpath == "Kelvin.txt"

@@ -16,7 +16,7 @@ from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.extract.batch import extract_documents
 from graphrag_pipeline.ingest.document_chunks import chunk_document
-from graphrag_pipeline.ingest.documents import scan_corpus
+from graphrag_pipeline.ingest.documents import find_corpus_files
 from graphrag_pipeline.storage.files import DamagedFileError
 from graphrag_pipeline.storage.store import partition_key_problem
 
@@ -50,7 +50,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     keys = context.partition_keys
     _refuse_invalid_keys(keys)
     store = settings.store()
-    files = {f.key: f for f in scan_corpus(settings.corpus)}
+    files = find_corpus_files(settings.corpus, keys)
     rows, skipped, truncated = [], [], []
     total_chunks = total_tokens = 0
     for i, key in enumerate(keys, 1):

@@ -10,6 +10,7 @@ import codecs
 import hashlib
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -184,6 +185,53 @@ def scan_corpus(corpus: Path) -> list[CorpusFile]:
     files = [CorpusFile(keys[rel], display_path(rel), path) for rel, path in found]
     files.sort(key=lambda f: (f.relpath, _raw_bytes(str(f.path))))
     return files
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _plain_file(corpus: str, key: str) -> CorpusFile | None:
+    """The corpus file of `key` found without listing the corpus, when that is certain: an ASCII
+    key without a hash (`~`) names the path key.replace("--", "/") and no other (an ASCII name is
+    already in NFC, so it keeps its key even beside a twin spelled differently). None when the key
+    is not of that kind or the path is not a file `scan_corpus` would list (hidden part, unsupported
+    suffix, a symlinked folder on the way)."""
+    if not _PLAIN_KEY.fullmatch(key) or "---" in key:
+        return None
+    rel = key.replace("--", "/")
+    parts = rel.split("/")
+    if any(not p or p.startswith(".") for p in parts) or partition_key(rel) != key:
+        return None
+    if os.path.splitext(parts[-1])[1].lower() not in SUPPORTED_SUFFIXES:
+        return None
+    folder = corpus
+    try:
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):  # a symlinked folder is not descended into
+                return None
+        path = os.path.join(folder, parts[-1])
+        if not os.path.isfile(path):
+            return None
+    except OSError:
+        return None
+    return CorpusFile(key, rel, Path(path))
+
+
+def find_corpus_files(corpus: Path, keys: list[str]) -> dict[str, CorpusFile]:
+    """The corpus files of `keys` (a key without a file is left out), as `scan_corpus` would name
+    them. Keys whose file is certain are looked up directly; only when one is not is the corpus
+    listed: an update of one document does not list a corpus of 50,000."""
+    root = os.fspath(corpus)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"corpus directory not found: {corpus}")
+    found = {}
+    for key in keys:
+        f = _plain_file(root, key)
+        if f is None:
+            return {f.key: f for f in scan_corpus(corpus) if f.key in set(keys)}
+        found[key] = f
+    return found
 
 
 def file_hash(path: Path) -> str:

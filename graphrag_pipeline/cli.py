@@ -344,7 +344,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     model = setting("GRAPHRAG_LLM_MODEL") if method != "fast" else None
     write_home_record(paths.home, str(corpus), method, model)
     change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
-    write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache)
+    write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     _say(
         f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
         f"{len(plan.stale)} to process"

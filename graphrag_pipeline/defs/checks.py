@@ -88,7 +88,7 @@ def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckR
 )
 def search_index_is_complete(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
-    nodes, edges = store.read_graph("resolved_graph")
+    nodes, edges = store.read_graph("resolved_graph", ["key"], ["source_key", "target_key"])
     # the same verification search_index runs on every index before publishing it
     verdict = check_index_file(settings.paths.index_file, nodes, edges, store.read_communities())
     return dg.AssetCheckResult(passed=verdict.passed, metadata=verdict.to_metadata())

@@ -74,8 +74,14 @@ def knowledge_graph(
         context.log.warning(
             f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined"
         )
-    # edges no summary changed are copied from the merge's file instead of being encoded again
-    store.write_graph_tables("knowledge_graph", nodes, edges, merged.edges_file if edges is merged.edges else None)
+    # tables no summary changed are copied from the merge's files instead of being encoded again
+    store.write_graph_tables(
+        "knowledge_graph",
+        nodes,
+        edges,
+        merged.nodes_file if nodes is merged.nodes else None,
+        merged.edges_file if edges is merged.edges else None,
+    )
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
         context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")

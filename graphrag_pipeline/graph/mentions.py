@@ -47,7 +47,9 @@ class MergedGraph:
     documents_removed: int
     affected_keys: int  # entity keys merged again (-1: everything was merged)
     full: bool  # merged from scratch
-    edges_file: Path | None = None  # the bundle's Parquet file holding exactly `edges` (to copy, not re-encode)
+    # the bundle's Parquet files holding exactly `nodes` and `edges`, when just written (to copy, not re-encode)
+    nodes_file: Path | None = None
+    edges_file: Path | None = None
 
 
 def _with_shard(df: pl.DataFrame) -> pl.DataFrame:
@@ -81,6 +83,7 @@ def _full(
     entities, relations = store.read_subgraphs(keys)
     nodes = _merge_nodes(entities) if entities.height else pl.DataFrame(schema=NODE_SCHEMA)
     edges, dropped = _merge_edges(relations, nodes) if relations.height else (pl.DataFrame(schema=EDGE_SCHEMA), 0)
+    nodes = with_metrics(nodes, edges)  # stored with the metrics: the knowledge graph's nodes file is a copy
     sources = _sources(store, keys, signatures)
     tables = {"sources": sources, "nodes": nodes, "edges": edges}
     entities, relations = _with_shard(entities), _with_shard(relations)
@@ -90,7 +93,7 @@ def _full(
     written = bundle.write(
         tables, previous=manifest, drop=set((manifest or {}).get("tables", {})), merge_dropped=dropped
     )
-    return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, bundle.path(written, "edges"))
+    return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
 
 def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signatures: dict[str, str]) -> MergedGraph:
@@ -100,9 +103,8 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
     removed = sorted(set(before) - set(keys))
     nodes, edges = bundle.read(manifest, "nodes"), bundle.read(manifest, "edges")
     if not changed and not removed:
-        return _result(
-            nodes, edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False, bundle.path(manifest, "edges")
-        )
+        # nodes written by an older version may lack their metrics: recomputed, and not copied
+        return _result(with_metrics(nodes, edges), edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)
     gone = pl.Series("d", changed + removed, dtype=pl.Utf8).implode()
     new_entities, new_relations = store.read_subgraphs(changed)
     new_entities, new_relations = _with_shard(new_entities), _with_shard(new_relations)
@@ -135,6 +137,7 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
         else int(manifest["merge_dropped"])
     )
     nodes, edges = merge_affected(nodes, edges, ents, rels, affected)
+    nodes = with_metrics(nodes, edges)
     dropped += dropped_relations(rels, nodes.select("key"))
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
@@ -142,8 +145,8 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
     written = bundle.write(
         {**shards, "sources": new_sources, "nodes": nodes, "edges": edges}, previous=manifest, merge_dropped=dropped
     )
-    edges_file = bundle.path(written, "edges")
-    return _result(nodes, edges, dropped, new_sources, len(changed), len(removed), len(affected), False, edges_file)
+    counts = (len(changed), len(removed), len(affected))
+    return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)
 
 
 def _scan(
@@ -169,9 +172,13 @@ def _scan(
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def _result(nodes, edges, merge_dropped: int, sources, changed, removed, affected, full, edges_file) -> MergedGraph:
+def _result(
+    nodes, edges, merge_dropped: int, sources, changed, removed, affected, full, written=None, bundle=None
+) -> MergedGraph:
+    """nodes: with their metrics. written: the manifest the nodes and edges were just written under."""
     dropped = int(merge_dropped) + int(sources["dropped"].sum() or 0)
-    return MergedGraph(with_metrics(nodes, edges), edges, dropped, changed, removed, affected, full, edges_file)
+    files = (bundle.path(written, "nodes"), bundle.path(written, "edges")) if written else (None, None)
+    return MergedGraph(nodes, edges, dropped, changed, removed, affected, full, *files)
 
 
 # -- the chunks of every document, for the search index ----------------------------------------

@@ -5,6 +5,7 @@ Shared by the sensor (previous hashes from its cursor), the daily reconcile sche
 contiguous partition ranges, so a bulk drop of files becomes a few runs, never one per file.
 """
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +79,7 @@ def scan_states(
     errors: dict[str, str] = {}
     for key, f in files.items():
         try:
-            st = f.path.stat()
+            st = os.stat(f.path)
             prev = (known or {}).get(key)
             if prev and len(prev) == 3 and prev[1] == st.st_size and prev[2] == st.st_mtime_ns:
                 states[key] = FileState(prev[0], st.st_size, st.st_mtime_ns)

@@ -180,11 +180,13 @@ def scan_corpus(corpus: Path) -> list[CorpusFile]:
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise FileNotFoundError(f"corpus directory not found: {corpus}")
-    found = [(rel, corpus / rel) for rel in _supported_files(os.fspath(corpus))]
-    keys = corpus_keys(rel for rel, _ in found)
-    files = [CorpusFile(keys[rel], display_path(rel), path) for rel, path in found]
-    files.sort(key=lambda f: (f.relpath, _raw_bytes(str(f.path))))
-    return files
+    root = os.fspath(corpus)
+    found = _supported_files(root)
+    keys = corpus_keys(found)
+    # the raw bytes of the relative path break ties of equal display paths, as those of the full
+    # path would (every path starts with the corpus)
+    order = sorted(found, key=lambda rel: (display_path(rel), _raw_bytes(rel)))
+    return [CorpusFile(keys[rel], display_path(rel), Path(os.path.join(root, rel))) for rel in order]
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]+")

@@ -53,7 +53,6 @@ def write_reports(
 
     ``log`` takes ``info`` and ``warning`` calls (a logger, or Dagster's ``context.log``)."""
     log = log or _LOG
-    nodes, edges = store.read_graph("resolved_graph")
     table = {r["community_id"]: r for r in store.read_communities().to_dicts()}
     children: dict[str, list[str]] = {}
     for row in table.values():
@@ -67,6 +66,8 @@ def write_reports(
     ]
     keys = [k for k in partition_keys if k in table and k not in set(result.reused)]
     written = result.written
+    # only the members of the communities to write, and the edges among them, are read
+    nodes, edges = store.read_graph_among("resolved_graph", [m for k in keys for m in table[k]["nodes"]])
 
     def sub_reports(cid: str) -> dict[str, CommunityReport]:
         found = {}

@@ -164,12 +164,15 @@ def read_parquet(path: Path, schema: dict | None = None, columns: list[str] | No
         raise DamagedFileError(f"{path} is not a readable Parquet file ({_short(exc)})", path) from exc
 
 
-def write_json(data: object, target: Path) -> None:
-    text = json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True)
+def write_json(data: object, target: Path, *, compact: bool = False) -> None:
+    """Write `data` as JSON atomically; `compact` (one line, no indent) for large machine-read files:
+    Python's C encoder does not indent, so a 50,000-entry table is written several times faster."""
+    layout = {"separators": (",", ":")} if compact else {"indent": 1}
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, **layout)
     try:
         payload = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (e.g. from an undecodable file name): escape it, never fail
-        payload = json.dumps(data, ensure_ascii=True, indent=1, sort_keys=True).encode("ascii")
+        payload = json.dumps(data, ensure_ascii=True, sort_keys=True, **layout).encode("ascii")
     with atomic_path(target, ".json") as tmp:
         tmp.write_bytes(payload)
 
@@ -205,7 +208,7 @@ _TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}(?:\.[A-Za-z0-9]+)*\.tmp(?:\.wal|\.
 
 def is_temp_file_name(name: str) -> bool:
     """Is `name` a temporary file name of `atomic_path` (a leftover when its writer died)?"""
-    return bool(_TEMP_NAME.match(name))
+    return name.startswith(".") and bool(_TEMP_NAME.match(name))
 
 
 def clean_temp_files(home: Path) -> list[Path]:

@@ -282,17 +282,22 @@ class Store:
         write_parquet(edges.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), e)
 
     def write_graph_tables(
-        self, name: str, nodes: pl.DataFrame, edges: pl.DataFrame | None, edges_file: Path | None = None
+        self,
+        name: str,
+        nodes: pl.DataFrame,
+        edges: pl.DataFrame,
+        nodes_file: Path | None = None,
+        edges_file: Path | None = None,
     ) -> None:
-        """write_graph, except that the edges are copied byte for byte from `edges_file` (a Parquet
-        file holding exactly `edges` in EDGE_SCHEMA) when given: a million edges are encoded once
-        per update, not once per stage that passes them on unchanged."""
-        if edges_file is None:
-            self.write_graph(name, nodes, edges)
-            return
+        """write_graph, except that a table is copied byte for byte from `nodes_file` / `edges_file`
+        (a Parquet file holding exactly that table, in NODE_SCHEMA / EDGE_SCHEMA) when given: a
+        graph of a million edges is encoded once per update, not once per stage passing it on."""
         n, e = self._graph_files(name)
-        write_parquet(nodes.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA), n)
-        copy_file(edges_file, e)
+        for table, schema, source, target in ((nodes, NODE_SCHEMA, nodes_file, n), (edges, EDGE_SCHEMA, edges_file, e)):
+            if source is not None:
+                copy_file(source, target)
+            else:
+                write_parquet(table.select(list(schema)).cast(schema), target)
 
     def copy_graph(self, source: str, target: str) -> None:
         """Graph `target` becomes a byte copy of graph `source` (a stage that changed nothing)."""
@@ -304,6 +309,22 @@ class Store:
         if not n.exists():
             raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
         return read_parquet(n, NODE_SCHEMA)
+
+    def read_graph_among(self, name: str, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The nodes `keys` of graph `name` and the edges between two of them: what a few
+        communities' reports read, without decoding every description of a million-edge graph."""
+        n, e = self._graph_files(name)
+        if not n.exists():
+            raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
+        wanted = pl.Series("k", sorted(set(keys)), dtype=pl.Utf8).implode()
+        inside = pl.col("source_key").is_in(wanted) & pl.col("target_key").is_in(wanted)
+        out = []
+        for path, where, schema in ((n, pl.col("key").is_in(wanted), NODE_SCHEMA), (e, inside, EDGE_SCHEMA)):
+            try:
+                out.append(pl.scan_parquet(path).filter(where).collect())
+            except pl.exceptions.PolarsError:  # read whole, to name the damage (DamagedFileError) or succeed
+                out.append(read_parquet(path, schema).filter(where))
+        return out[0], out[1]
 
     def graph_edges_file(self, name: str) -> Path:
         return self._graph_files(name)[1]

@@ -500,3 +500,54 @@ def test_search_index_fails_on_a_missing_report_and_keeps_the_published_index(ho
     assert not [p for p in index.parent.iterdir() if p.name != index.name]  # nothing half-written beside it
     assert len(list((home / "reports").glob("*.json"))) == len(reports) - 1  # and no report file was deleted
     assert search_index_is_complete.check_specs and all(s.blocking for s in search_index_is_complete.check_specs)
+
+
+def test_nhop_affected_is_exact_enough_on_random_edits_and_spares_hubs_minor_edges():
+    """On random graphs with random edits, every node whose paths differ is affected; and a small
+    change at a hub that leaves its strongest edges alone does not mark every node that reaches it."""
+    import random
+
+    def edges_of(pairs: dict) -> pl.DataFrame:
+        rows = sorted((min(a, b), max(a, b), w) for (a, b), w in pairs.items())
+        schema = {"source_key": pl.Utf8, "target_key": pl.Utf8, "weight": pl.Float64}
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
+    def group(df):
+        return {k: g.drop("entity_key").to_dicts() for (k,), g in df.group_by("entity_key", maintain_order=True)}
+
+    rng = random.Random(7)
+    for trial in range(30):
+        n = rng.randint(5, 40)
+        names = [f"n{i:02d}" for i in range(n)]
+        pairs = {}
+        for _ in range(rng.randint(n, n * 4)):
+            a, b = rng.sample(names, 2)
+            pairs[(min(a, b), max(a, b))] = float(rng.randint(1, 6))
+        before = edges_of(pairs)
+        edited = dict(pairs)
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.random()
+            if kind < 0.4 and edited:
+                k = rng.choice(sorted(edited))
+                edited[k] += rng.choice([1.0, 0.5, 3.0])
+            elif kind < 0.7 and edited:
+                del edited[rng.choice(sorted(edited))]
+            else:
+                a, b = rng.sample(names, 2)
+                edited[(min(a, b), max(a, b))] = float(rng.randint(1, 6))
+        after = edges_of(edited)
+        affected = nhop_affected(before, after)
+        g_old, g_new = group(nhop_paths(before)), group(nhop_paths(after))
+        differ = {k for k in set(g_old) | set(g_new) if g_old.get(k) != g_new.get(k)}
+        assert differ <= affected, (trial, differ - affected)
+        local = nhop_paths(after, only=sorted(affected)) if affected else None
+        if local is not None:
+            assert local.equals(nhop_paths(after).filter(pl.col("entity_key").is_in(sorted(affected))))
+
+    # a hub joined to 30 spokes by strong edges; a spoke-to-spoke edge of weight 1 far from the top
+    hub = {("hub", f"s{i:02d}"): 10.0 + i for i in range(30)}
+    hub[("s00", "s01")] = 1.0
+    bumped = dict(hub)
+    bumped[("s00", "s01")] = 2.0
+    affected = nhop_affected(edges_of(hub), edges_of(bumped))
+    assert affected == {"s00", "s01"}  # the hub's strongest edges did not change: nobody else moves

@@ -240,12 +240,28 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
 NHOP_ORDER_SQL = "entity_key, weights[1] DESC, path[2], weights[2] DESC NULLS LAST, path[3] NULLS LAST"
 
 
+def _ranked_ends(edges: pl.DataFrame) -> pl.DataFrame:
+    """Both directions of every edge (a, b, w), self-loops dropped, in nhop_paths' order: by a, then
+    strongest first, then by key."""
+    e = edges.select(
+        pl.col("source_key").alias("a"), pl.col("target_key").alias("b"), pl.col("weight").cast(pl.Float64).alias("w")
+    )
+    return (
+        pl.concat([e, e.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "w")])
+        .filter(pl.col("a") != pl.col("b"))
+        .sort(["a", "w", "b"], descending=[False, True, False])
+    )
+
+
 def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:
     """The nodes whose n-hop paths may differ between two edge sets (columns source_key, target_key, weight).
 
-    A node's paths read its own edges (first hops) and its neighbours' edges (second hops). So
-    they can change only for an endpoint X of an edge added, removed or re-weighted, or for a node
-    that (still) has an edge to such an X: X and X's neighbours in the new graph."""
+    A node Y's paths read its own strongest NHOP_MAX_NEIGHBOURS edges (first hops) and, for each
+    first hop X, X's strongest NHOP_MAX_SECOND + 1 edges (second hops). So they can change only
+    when Y is an endpoint of an edge added, removed or re-weighted (its first hops may change), or
+    when one of Y's first hops X is such an endpoint AND X's list of strongest second-hop edges
+    changed. A hub that gains a little weight on a minor edge keeps its strongest edges: the nodes
+    that pass through it keep their paths (in a dense graph, most nodes reach some hub)."""
     cols = ["source_key", "target_key", "weight"]
     a = old_edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
     b = edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
@@ -255,9 +271,35 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:
     touched = set(changed["source_key"].to_list()) | set(changed["target_key"].to_list())
     if not touched:
         return set()
-    x = pl.Series("k", list(touched), dtype=pl.Utf8).implode()
-    near = b.filter(pl.col("source_key").is_in(x) | pl.col("target_key").is_in(x))
-    return touched | set(near["source_key"].to_list()) | set(near["target_key"].to_list())
+    x = pl.Series("k", sorted(touched), dtype=pl.Utf8).implode()
+
+    def second_hops(df: pl.DataFrame) -> dict[str, list]:
+        ends = df.filter(pl.col("source_key").is_in(x) | pl.col("target_key").is_in(x))
+        top = (
+            _ranked_ends(ends).filter(pl.col("a").is_in(x)).group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1)
+        )
+        return {k: g.select("b", "w").rows() for (k,), g in top.group_by("a", maintain_order=True)}
+
+    before, after = second_hops(a), second_hops(b)
+    hubs = [k for k in touched if before.get(k) != after.get(k)]
+    if not hubs:
+        return touched
+    h = pl.Series("h", sorted(hubs), dtype=pl.Utf8).implode()
+    # the nodes with such a hub among their first hops (in the new graph: an untouched node's
+    # first hops are the same in both)
+    near = b.filter(pl.col("source_key").is_in(h) | pl.col("target_key").is_in(h))
+    candidates = pl.Series(
+        "c", sorted(set(near["source_key"].to_list()) | set(near["target_key"].to_list())), dtype=pl.Utf8
+    ).implode()
+    cand_edges = b.filter(pl.col("source_key").is_in(candidates) | pl.col("target_key").is_in(candidates))
+    first = (
+        _ranked_ends(cand_edges)
+        .filter(pl.col("a").is_in(candidates))
+        .group_by("a", maintain_order=True)
+        .head(NHOP_MAX_NEIGHBOURS)
+        .filter(pl.col("b").is_in(h))
+    )
+    return touched | set(first["a"].to_list())
 
 
 def collect_reports(

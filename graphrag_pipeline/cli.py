@@ -282,7 +282,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     from graphrag_pipeline.definitions import defs
     from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
     from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, documents_partitions
-    from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags
+    from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
     from graphrag_pipeline.llm.client import forget_endpoint_health
     from graphrag_pipeline.settings import default_corpus, default_method, setting
     from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
@@ -452,6 +452,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("es_written", "es_deleted", "es_unchanged")))
     else:
         _say("everything is up to date")
+    if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
+        write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s")
     return 0 if ok else 1
 

@@ -592,3 +592,37 @@ def test_describe_os_error_of_a_real_full_disk():
             fh.write(b"x" * 100)
             fh.flush()
     assert describe_os_error(err.value, "/dev/full") == "disk full (no space left on device) while writing /dev/full"
+
+
+def test_the_plan_after_a_build_reads_no_stored_outputs_again(home, corpus, instance, monkeypatch):
+    """The build brings the plan cache up to date for the documents it processed: the next plan
+    stats their outputs but reads none of them (on a big corpus that read took seconds per build)."""
+    from graphrag_pipeline.ingest import corpus_sync
+
+    for f in list(corpus.iterdir()):
+        if f.name not in ("darwin_and_wallace.txt", "curie_radioactivity.md"):
+            f.unlink()
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    store = Store(Paths(home))
+    keys = sorted(instance().get_dynamic_partitions("documents"))
+    reads = []
+    real = corpus_sync.stored_hash
+    monkeypatch.setattr(corpus_sync, "stored_hash", lambda *a: reads.append(a[1]) or real(*a))
+    cached = read_json(home / "state" / "corpus-files.json")
+    plan = plan_sync(corpus, keys, store, "fast", cache=cached["files"])
+    assert not plan.changed and reads == []
+    # a document edited and built: again nothing to read the time after
+    edited = corpus / "darwin_and_wallace.txt"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n\nA new closing paragraph.", encoding="utf-8")
+    monkeypatch.setattr(corpus_sync, "stored_hash", real)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    monkeypatch.setattr(corpus_sync, "stored_hash", lambda *a: reads.append(a[1]) or real(*a))
+    cached = read_json(home / "state" / "corpus-files.json")
+    plan = plan_sync(corpus, keys, store, "fast", cache=cached["files"])
+    assert not plan.changed and reads == []
+    # and damage after the build is still found (the output's signature changed)
+    _truncate(home / "tables" / "chunks" / "curie_radioactivity.md.parquet")
+    plan = plan_sync(corpus, keys, store, "fast", cache=cached["files"])
+    assert plan.stale == ["curie_radioactivity.md"] and reads == ["curie_radioactivity.md"]

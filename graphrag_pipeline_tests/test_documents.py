@@ -473,3 +473,13 @@ def test_find_corpus_files_names_what_scan_corpus_names(tmp_path):
     for ghost in (".hidden--d.txt", "linked--e.txt", "skip.pdf", "missing.txt"):
         assert find_corpus_files(corpus, [ghost]) == {}
     assert "Kelvin.txt" in scanned and scanned["Kelvin.txt"].relpath == "Kelvin.txt"
+
+
+def test_scan_corpus_skips_a_looping_or_dangling_symlink_and_lists_the_rest_of_its_folder(tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    for n in ("a.md", "c.md", "d.md", "e.md"):
+        (corpus / "sub" / n).write_text(n, encoding="utf-8")
+    (corpus / "sub" / "b.md").symlink_to("b.md")  # a symlink to itself: is_file() raises ELOOP
+    (corpus / "sub" / "bb.md").symlink_to(tmp_path / "nowhere.md")  # dangling
+    assert [f.relpath for f in scan_corpus(corpus)] == ["sub/a.md", "sub/c.md", "sub/d.md", "sub/e.md"]

@@ -141,7 +141,7 @@ def resolved_graph(
         relations = edges.height
     else:  # nothing to merge: the knowledge graph is the resolved graph, copied byte for byte
         out_nodes, mapping = nodes, {}
-        store.copy_graph("knowledge_graph", "resolved_graph")
+        store.copy_graph("knowledge_graph", "resolved_graph")  # checks the files' ends before copying
         relations = pl.scan_parquet(store.graph_edges_file("resolved_graph")).select(pl.len()).collect().item()
     store.write_state("resolution", plan.state)
     context.log.info(

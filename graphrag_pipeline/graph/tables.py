@@ -96,7 +96,7 @@ def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
     # an edge to a node missing from `nodes` still counts, as in a networkx graph: such keys are
     # numbered after the nodes, in order of first appearance
     index = nodes.select(pl.col("key").cast(pl.Utf8)).with_row_index("i", offset=0)
-    ends = pl.concat([pairs.select(pl.col("source_key").alias("key")), pairs.select(pl.col("target_key").alias("key"))])
+    ends = pl.concat([edges.select(pl.col("source_key").alias("key")), edges.select(pl.col("target_key").alias("key"))])
     extra = (
         ends.with_row_index("_o")
         .join(index, on="key", how="anti")
@@ -109,9 +109,9 @@ def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
         index = pl.concat([index, extra.with_row_index("i", offset=nodes.height).select("i", "key")])
     n = index.height
     ids = index.rename({"key": "k"})
-    numbered = pairs.join(ids.rename({"k": "source_key", "i": "s"}), on="source_key", how="left").join(
-        ids.rename({"k": "target_key", "i": "t"}), on="target_key", how="left"
-    )
+    numbered = pairs.join(
+        ids.rename({"k": "source_key", "i": "s"}), on="source_key", how="left", maintain_order="left"
+    ).join(ids.rename({"k": "target_key", "i": "t"}), on="target_key", how="left", maintain_order="left")
     src = numbered["s"].to_numpy().astype(np.int64)
     dst = numbered["t"].to_numpy().astype(np.int64)
     w = numbered["weight"].fill_null(1.0).to_numpy().astype(np.float64)

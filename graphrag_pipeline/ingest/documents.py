@@ -7,6 +7,7 @@ Bad files never raise: each read returns a `DocumentText` whose `status` says wh
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import os
 import re
@@ -147,28 +148,46 @@ def corpus_keys(relpaths: Iterable[str]) -> dict[str, str]:
     return keys
 
 
+# errors pathlib's is_file() treats as "not a file" (a dangling or looping symlink, a vanished
+# entry); any other error (e.g. permission denied on a symlink's target) is raised, as it did
+_NOT_A_FILE = {errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP}
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError as exc:
+        if exc.errno in _NOT_A_FILE:
+            return False
+        raise
+
+
 def _supported_files(root: str) -> list[str]:
     """Relative paths (with `/`) of the supported files below `root`, hidden names and symlinked
-    folders skipped (as `Path.rglob` does), unreadable sub-folders skipped. os.scandir tells files
-    from folders without a stat per entry: a corpus is listed on every build."""
+    folders skipped (as `Path.rglob` does), sub-folders that cannot be opened skipped. os.scandir
+    tells files from folders without a stat per entry: a corpus is listed on every build. An entry
+    that cannot be examined raises (never a silently shorter listing: the plan would delete the
+    documents left out)."""
     found: list[str] = []
     todo = [""]
     while todo:
         rel_dir = todo.pop()
         try:
-            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name.startswith("."):
-                        continue
-                    rel = f"{rel_dir}/{name}" if rel_dir else name
-                    if entry.is_dir(follow_symlinks=False):
-                        todo.append(rel)
-                    elif os.path.splitext(name)[1].lower() in SUPPORTED_SUFFIXES and entry.is_file():
-                        found.append(rel)
+            entries = os.scandir(os.path.join(root, rel_dir) if rel_dir else root)
         except (PermissionError, NotADirectoryError, FileNotFoundError):
             if not rel_dir:
                 raise
+            continue
+        with entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(rel)
+                elif os.path.splitext(name)[1].lower() in SUPPORTED_SUFFIXES and _is_file(entry):
+                    found.append(rel)
     return found
 
 
@@ -231,7 +250,8 @@ def find_corpus_files(corpus: Path, keys: list[str]) -> dict[str, CorpusFile]:
     for key in keys:
         f = _plain_file(root, key)
         if f is None:
-            return {f.key: f for f in scan_corpus(corpus) if f.key in set(keys)}
+            wanted = set(keys)
+            return {f.key: f for f in scan_corpus(corpus) if f.key in wanted}
         found[key] = f
     return found
 

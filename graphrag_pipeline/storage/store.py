@@ -25,6 +25,7 @@ from graphrag_pipeline.storage.files import (
     parquet_problem,
     read_json,
     read_parquet,
+    verify_parquet,
     write_json,
     write_parquet,
 )
@@ -302,6 +303,7 @@ class Store:
     def copy_graph(self, source: str, target: str) -> None:
         """Graph `target` becomes a byte copy of graph `source` (a stage that changed nothing)."""
         for src, dst in zip(self._graph_files(source), self._graph_files(target)):
+            verify_parquet(src)  # a damaged file is named here, not passed on
             copy_file(src, dst)
 
     def read_graph_nodes(self, name: str) -> pl.DataFrame:

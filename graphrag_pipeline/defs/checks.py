@@ -63,7 +63,7 @@ def resolved_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckRes
 )
 def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
-    nodes, _ = store.read_graph("resolved_graph", ["key"], ["source_key"])
+    nodes = store.read_graph_nodes("resolved_graph", ["key"])
     df = store.read_communities()
     unknown = set(
         df.select(pl.col("nodes").explode().alias("key"))

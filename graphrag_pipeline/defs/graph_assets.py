@@ -75,12 +75,12 @@ def knowledge_graph(
             f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined"
         )
     # tables no summary changed are copied from the merge's files instead of being encoded again
-    store.write_graph_tables(
+    store.write_graph(
         "knowledge_graph",
         nodes,
         edges,
-        merged.nodes_file if nodes is merged.nodes else None,
-        merged.edges_file if edges is merged.edges else None,
+        nodes_file=merged.nodes_file if nodes is merged.nodes else None,
+        edges_file=merged.edges_file if edges is merged.edges else None,
     )
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:

@@ -166,9 +166,8 @@ def _scan(
     files = [str(bundle.folder / manifest["tables"][n]) for n in names if n not in shards] if on_disk else []
     if files:
         frames.append(pl.scan_parquet(files).filter(where).collect())
-    if not frames:
-        first = bundle.read(manifest, names[0]) if names else pl.DataFrame()
-        return first.clear()
+    if not frames:  # no rows to scan: an empty table of the shards' columns
+        return pl.scan_parquet(bundle.path(manifest, names[0])).head(0).collect() if names else pl.DataFrame()
     return pl.concat(frames, how="vertical_relaxed")
 
 

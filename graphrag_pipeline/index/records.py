@@ -164,6 +164,20 @@ def with_vectors(
     return df.with_columns(_vectors(embedder, embed_texts(table, df), previous)).select(table_columns(table))
 
 
+# how the hops of a node are ranked: strongest edge first, then by key
+_RANK = dict(by=["a", "w", "b"], descending=[False, True, False])
+
+
+def _both_ways(edges: pl.DataFrame) -> pl.DataFrame:
+    """Both directions of every edge as (a, b, w), self-loops dropped."""
+    e = edges.select(
+        pl.col("source_key").alias("a"), pl.col("target_key").alias("b"), pl.col("weight").cast(pl.Float64).alias("w")
+    )
+    return pl.concat([e, e.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "w")]).filter(
+        pl.col("a") != pl.col("b")
+    )
+
+
 def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.DataFrame:
     """For each node, its 2-hop paths along its strongest edges, with the edge weights.
 
@@ -177,13 +191,8 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
     """
     if edges.height == 0:
         return pl.DataFrame(schema=NHOP_SCHEMA)
-    e = edges.select(
-        pl.col("source_key").alias("a"), pl.col("target_key").alias("b"), pl.col("weight").cast(pl.Float64).alias("w")
-    )
-    both = pl.concat([e, e.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "w")]).filter(
-        pl.col("a") != pl.col("b")
-    )
-    order = dict(by=["a", "w", "b"], descending=[False, True, False])
+    both = _both_ways(edges)
+    order = _RANK
     if only is None:
         ranked = both.sort(**order)
         first = ranked.group_by("a", maintain_order=True).head(NHOP_MAX_NEIGHBOURS)
@@ -241,16 +250,8 @@ NHOP_ORDER_SQL = "entity_key, weights[1] DESC, path[2], weights[2] DESC NULLS LA
 
 
 def _ranked_ends(edges: pl.DataFrame) -> pl.DataFrame:
-    """Both directions of every edge (a, b, w), self-loops dropped, in nhop_paths' order: by a, then
-    strongest first, then by key."""
-    e = edges.select(
-        pl.col("source_key").alias("a"), pl.col("target_key").alias("b"), pl.col("weight").cast(pl.Float64).alias("w")
-    )
-    return (
-        pl.concat([e, e.select(pl.col("b").alias("a"), pl.col("a").alias("b"), "w")])
-        .filter(pl.col("a") != pl.col("b"))
-        .sort(["a", "w", "b"], descending=[False, True, False])
-    )
+    """Both directions of every edge in nhop_paths' order (see _both_ways and _RANK)."""
+    return _both_ways(edges).sort(**_RANK)
 
 
 def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:

@@ -277,20 +277,16 @@ class Store:
     def _graph_files(self, name: str) -> tuple[Path, Path]:
         return self.paths.graph_dir / f"{name}.nodes.parquet", self.paths.graph_dir / f"{name}.edges.parquet"
 
-    def write_graph(self, name: str, nodes: pl.DataFrame, edges: pl.DataFrame) -> None:
-        n, e = self._graph_files(name)
-        write_parquet(nodes.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA), n)
-        write_parquet(edges.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), e)
-
-    def write_graph_tables(
+    def write_graph(
         self,
         name: str,
         nodes: pl.DataFrame,
         edges: pl.DataFrame,
+        *,
         nodes_file: Path | None = None,
         edges_file: Path | None = None,
     ) -> None:
-        """write_graph, except that a table is copied byte for byte from `nodes_file` / `edges_file`
+        """Write the graph's tables; a table is copied byte for byte from `nodes_file` / `edges_file`
         (a Parquet file holding exactly that table, in NODE_SCHEMA / EDGE_SCHEMA) when given: a
         graph of a million edges is encoded once per update, not once per stage passing it on."""
         n, e = self._graph_files(name)
@@ -306,18 +302,28 @@ class Store:
             verify_parquet(src)  # a damaged file is named here, not passed on
             copy_file(src, dst)
 
-    def read_graph_nodes(self, name: str) -> pl.DataFrame:
-        n, _ = self._graph_files(name)
+    def _built_graph_files(self, name: str) -> tuple[Path, Path]:
+        n, e = self._graph_files(name)
         if not n.exists():
             raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
-        return read_parquet(n, NODE_SCHEMA)
+        return n, e
+
+    def read_graph(
+        self, name: str, node_columns: list[str] | None = None, edge_columns: list[str] | None = None
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The graph's nodes and edges (only the columns named, when given: the checks and the
+        clustering need a few columns of a table whose descriptions make most of its bytes)."""
+        n, e = self._built_graph_files(name)
+        return read_parquet(n, NODE_SCHEMA, node_columns), read_parquet(e, EDGE_SCHEMA, edge_columns)
+
+    def read_graph_nodes(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
+        """The graph's nodes alone (only `columns`, when given)."""
+        return read_parquet(self._built_graph_files(name)[0], NODE_SCHEMA, columns)
 
     def read_graph_among(self, name: str, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The nodes `keys` of graph `name` and the edges between two of them: what a few
         communities' reports read, without decoding every description of a million-edge graph."""
-        n, e = self._graph_files(name)
-        if not n.exists():
-            raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
+        n, e = self._built_graph_files(name)
         wanted = pl.Series("k", sorted(set(keys)), dtype=pl.Utf8).implode()
         inside = pl.col("source_key").is_in(wanted) & pl.col("target_key").is_in(wanted)
         out = []
@@ -330,16 +336,6 @@ class Store:
 
     def graph_edges_file(self, name: str) -> Path:
         return self._graph_files(name)[1]
-
-    def read_graph(
-        self, name: str, node_columns: list[str] | None = None, edge_columns: list[str] | None = None
-    ) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The graph's nodes and edges (only the columns named, when given: the checks and the
-        clustering need a few columns of a table whose descriptions make most of its bytes)."""
-        n, e = self._graph_files(name)
-        if not n.exists():
-            raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
-        return read_parquet(n, NODE_SCHEMA, node_columns), read_parquet(e, EDGE_SCHEMA, edge_columns)
 
     def write_state(self, name: str, state: dict) -> None:
         write_json(state, self.paths.graph_dir / f"{name}.json")

@@ -12,7 +12,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from graphrag_pipeline import interrupts
+from graphrag_pipeline import interrupts, progress
 from graphrag_pipeline.settings import METHODS, PROJECT_ROOT, default_home
 from graphrag_pipeline.storage.layout import Paths
 
@@ -52,6 +52,7 @@ def _say(msg: str) -> None:
 
 # -- build ----------------------------------------------------------------------------------------
 EXIT_BUSY = 75  # EX_TEMPFAIL: another build holds the home
+_DAGSTER_LOG_LEVEL = {"level": "WARNING"}  # `build -v`: INFO, Dagster's log lines of every step
 
 
 class EndpointDown(Exception):
@@ -66,7 +67,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     from graphrag_pipeline.defs.instance_ops import cli_run_tags
 
     job = defs.resolve_job_def(name)
-    run_config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    run_config = {"loggers": {"console": {"config": {"log_level": _DAGSTER_LOG_LEVEL["level"]}}}}
     if ops:
         run_config["ops"] = ops
     result = job.execute_in_process(
@@ -245,7 +246,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         return EXIT_BUSY
     try:
         interrupts.install()
-        return _build(args, paths)
+        _DAGSTER_LOG_LEVEL["level"] = "INFO" if args.verbose else "WARNING"
+        from graphrag_pipeline.cli_progress import BuildProgress
+        from graphrag_pipeline.settings import setting
+
+        with BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")):  # stopped before any message below
+            return _build(args, paths)
     except interrupts.Stop as exc:
         from graphrag_pipeline.llm.client import cancel_all_clients
 
@@ -358,6 +364,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say(f"repairing: {problem}")
     downstream = plan.changed or args.recluster or bool(repairs) or _downstream_stale(instance, defs)
     graph_done = False
+    progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)
         job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
@@ -388,6 +395,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                 ),
             )
         )
+    progress.finish("documents")
 
     if downstream or not ok:
         if not graph_done:
@@ -715,6 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cluster communities from scratch instead of updating the previous partition",
     )
     b.add_argument("--wait", action="store_true", help="if another build is running on this home, wait for it")
+    b.add_argument("-v", "--verbose", action="store_true", help="show Dagster's log lines of every step (INFO)")
     b.add_argument(
         "--wait-timeout",
         type=float,

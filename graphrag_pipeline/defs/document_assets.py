@@ -9,6 +9,7 @@ import time
 
 import dagster as dg
 
+from graphrag_pipeline import progress as progress_events
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
 from graphrag_pipeline.defs.metadata import md_table
 from graphrag_pipeline.defs.partitions import documents_partitions
@@ -53,6 +54,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     files = find_corpus_files(settings.corpus, keys)
     rows, skipped, truncated = [], [], []
     total_chunks = total_tokens = 0
+    progress_events.start("chunking", len(keys), "documents", "chunking")
     for i, key in enumerate(keys, 1):
         doc = chunk_document(
             key, files.get(key), settings.max_document_bytes, settings.chunk_tokens, settings.chunk_overlap
@@ -69,8 +71,10 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             skipped.append({"document": doc.document, "reason": doc.skipped})
         elif doc.truncated:
             truncated.append({"document": doc.document, "reason": doc.truncated})
+        progress_events.advance("chunking")
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
+    progress_events.finish("chunking")
     return dg.MaterializeResult(
         metadata={
             "documents": len(keys),

@@ -2,7 +2,8 @@
 
 Dagster retries an interrupted step that has a retry policy; after SIGINT/SIGTERM to a CLI build the
 interruption becomes a failure without retries, every LLM client of the process is cancelled, and a
-step that has not started yet does not start."""
+step that has not started yet does not start. (The wrapper every asset body has also tells the
+progress listener which step runs.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import signal
 
 import dagster as dg
 
-from graphrag_pipeline import interrupts
+from graphrag_pipeline import interrupts, progress
 from graphrag_pipeline.llm.client import cancel_all_clients
 
 
@@ -30,7 +31,8 @@ def stoppable(fn):
         if signo := interrupts.requested():
             raise _stopped(signo)
         try:
-            return fn(*args, **kwargs)
+            with progress.step(fn.__name__):  # the step a build's progress display names
+                return fn(*args, **kwargs)
         except BaseException:
             if signo := interrupts.requested():
                 raise _stopped(signo) from None

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from graphrag_pipeline import progress as progress_events
 from graphrag_pipeline.extract.records import Extraction
 from graphrag_pipeline.extract.subgraph import DocSubgraph, build_doc_subgraph
 from graphrag_pipeline.llm.cache import KVCache
@@ -72,8 +73,11 @@ def extract_tasks(
     llm=None,
     settings=None,
     progress: Callable[[int, int], None] | None = None,
+    on_done: Callable[[str], None] | None = None,
 ) -> dict[str, Extraction]:
-    """Extraction per chunk id. Chunks that failed (unparsable, or the endpoint failed) are absent."""
+    """Extraction per chunk id. Chunks that failed (unparsable, or the endpoint failed) are absent.
+    ``on_done(chunk_id)`` is called in this thread for every chunk that is over: found in the cache,
+    extracted, or failed."""
     if method not in EXTRACTOR_VERSIONS:
         raise ValueError(f"unknown extraction method {method!r}; expected one of {', '.join(METHODS)}")
     if method != "fast" and llm is None:
@@ -95,6 +99,17 @@ def extract_tasks(
         else:
             todo.append(task)
     stats.cache_hits += len(unique) - len(todo)
+    done_cb = on_done or (lambda cid: None)
+    for cid in out:
+        done_cb(cid)
+    progress_events.start("chunks", len(todo), "chunks", f"extracting ({len(out):,} cached)" if out else "extracting")
+    try:
+        return _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb)
+    finally:
+        progress_events.finish("chunks")
+
+
+def _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb) -> dict[str, Extraction]:
     if method == "fast":
         from graphrag_pipeline.extract.offline import extract_fast
 
@@ -102,12 +117,15 @@ def extract_tasks(
         for i, task in enumerate(todo, 1):
             out[task.chunk_id] = extract_fast(task.text, task.chunk_id)
             fresh[f"{prefix}:{task.chunk_id}"] = out[task.chunk_id].to_dict()
+            done_cb(task.chunk_id)
+            if i % 50 == 0 or i == len(todo):
+                progress_events.advance("chunks", 50 if i % 50 == 0 else i % 50)
             if progress and i % 200 == 0:
                 progress(i, len(todo))
         cache.put_many(fresh)
         stats.extracted += len(todo)
         return out
-    out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress))
+    out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb))
     return out
 
 
@@ -148,7 +166,8 @@ def extract_documents(
         .rows()
     ]
     stats = ExtractionStats()
-    extracted = extract_tasks(tasks, method, cache, stats, llm, settings, progress)
+    on_done = _documents_counter(keys, tasks, stats)
+    extracted = extract_tasks(tasks, method, cache, stats, llm, settings, progress, on_done)
     failed_by_doc: dict[str, list[dict]] = {}
     for failure in stats.failed_chunks:
         failed_by_doc.setdefault(failure["doc_id"], []).append(failure)
@@ -167,7 +186,26 @@ def extract_documents(
     return DocumentsExtraction(documents(), stats)
 
 
-def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress) -> dict[str, Extraction]:
+def _documents_counter(keys: list[str], tasks: list[ChunkTask], stats: ExtractionStats) -> Callable[[str], None]:
+    """The ``on_done`` of a batch: tells the progress listener (``documents``) each document whose
+    chunks are all over, unless the endpoint failed it. A document with no chunk is over at once."""
+    left = dict.fromkeys(keys, 0)
+    docs_of: dict[str, list[str]] = {}
+    for t in tasks:
+        left[t.doc_id] = left.get(t.doc_id, 0) + 1
+        docs_of.setdefault(t.chunk_id, []).append(t.doc_id)
+    progress_events.advance("documents", sum(1 for n in left.values() if n == 0))
+
+    def chunk_over(chunk_id: str) -> None:
+        for doc in docs_of.pop(chunk_id, ()):  # a chunk shared by documents counts once for each
+            left[doc] -= 1
+            if left[doc] == 0 and doc not in stats.failed_documents:
+                progress_events.advance("documents")
+
+    return chunk_over
+
+
+def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb) -> dict[str, Extraction]:
     """The extractions of `todo` by chunk id (failed chunks absent); counts go to `stats`, the
     extraction stats of the whole batch."""
     from graphrag_pipeline.extract.llm import extract_chunk
@@ -201,6 +239,7 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress) -> di
         remaining = set(futures)
         while remaining:
             finished, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
+            finished_ids = {fut: futures[fut].chunk_id for fut in finished}
             for fut in finished:
                 task = futures.pop(fut)
                 done += 1
@@ -231,6 +270,9 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress) -> di
             if len(pending_cache) >= 20 or not remaining:
                 cache.put_many(pending_cache)
                 pending_cache = {}
+            for chunk_id in finished_ids.values():  # after the outcome: a failed document is not counted as done
+                done_cb(chunk_id)
+            progress_events.advance("chunks", len(finished))
             if progress and finished:
                 progress(done, len(todo))
         if breaker_open():

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from graphrag_pipeline import progress
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.reports.offline import CommunityReport
 
@@ -148,7 +149,15 @@ def _vectors(embedder: Embedder, texts: list[str], previous: pl.DataFrame | None
     todo = frame.with_row_index("i").filter(pl.col("embedding").is_null())
     if todo.height:
         fresh = todo["text"].to_list()
-        arr = np.vstack([embedder.embed(fresh[i : i + batch]) for i in range(0, len(fresh), batch)]).astype("float32")
+        progress.start("embedding", len(fresh), "texts", "embedding")
+        try:
+            parts = []
+            for i in range(0, len(fresh), batch):
+                parts.append(embedder.embed(fresh[i : i + batch]))
+                progress.advance("embedding", len(parts[-1]))
+        finally:
+            progress.finish("embedding")
+        arr = np.vstack(parts).astype("float32")
         filled = pl.Series("embedding", arr, dtype=dtype)
         frame = frame.with_row_index("i").join(
             todo.select("i").with_columns(filled.alias("new")), on="i", how="left", maintain_order="left"

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graphrag_pipeline import progress
 from graphrag_pipeline.ingest.tokens import count_tokens
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.usage import LLMUsage
@@ -259,6 +260,7 @@ class LLMClient:
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self.usage = LLMUsage()
+        self._progress_source = progress.new_source()
         self.attempts = 0  # every HTTP attempt (chat and embeddings), successful or not
         self.breaker = breaker
         self.max_call_s = float(max_call_s)
@@ -320,6 +322,8 @@ class LLMClient:
             self.usage.cache_hits += cache_hits
             self.usage.prompt_tokens += prompt_tokens
             self.usage.completion_tokens += completion_tokens
+            # the running totals, for a build's progress display (a no-op unless the CLI listens)
+            progress.llm_usage(self._progress_source, LLMUsage(**self.usage.to_dict()))
 
     def cancel(self) -> None:
         """Stop: calls waiting for a slot or backing off raise LLMCancelled promptly, new calls raise

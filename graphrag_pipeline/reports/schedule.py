@@ -15,6 +15,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from graphrag_pipeline import progress
 from graphrag_pipeline.reports.llm import fits_budget, llm_report, report_generator
 from graphrag_pipeline.reports.offline import CommunityReport, extractive_report
 
@@ -94,11 +95,13 @@ def write_reports(
 
     waves = report_waves(keys, table, children, nodes, edges, client is not None)
     pool = ThreadPoolExecutor(max_workers=client.max_concurrent if client else 1, thread_name_prefix="report")
+    progress.start("reports", len(keys), "reports", "writing reports")
     try:
         for wave in waves:
             for cid, (report, fallback) in zip(wave, pool.map(make, wave)):
                 store.write_report(report)
                 written[cid] = report
+                progress.advance("reports")
                 result.sizes[cid] = table[cid]["size"]
                 if fallback:
                     result.fallbacks.append({"community": cid, "reason": fallback})
@@ -110,6 +113,8 @@ def write_reports(
             client.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
+    finally:
+        progress.finish("reports")
     pool.shutdown()
     if result.superseded:
         log.warning(

@@ -122,8 +122,10 @@ def _looks_like_text(head: bytes) -> str:
     return "; it is a text file with a wrong name?" if head.strip() else ""
 
 
-def _corrupt(kind: str, exc: BaseException) -> FormatError:
+def _corrupt(kind: str, exc: BaseException, path: Path | None = None) -> FormatError:
     detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    if path is not None:  # the message names the file already; not its full path again
+        detail = detail.replace(f"'{path}'", "the file").replace(str(path), "the file")
     return FormatError("corrupt", f"not a valid {_NAMES[kind]} ({detail})")
 
 
@@ -169,7 +171,7 @@ def _docx(path: Path, out: _Builder) -> str:
         document = docx.Document(str(path))
         blocks = list(document.iter_inner_content())
     except Exception as exc:  # python-docx raises KeyError, ValueError, lxml errors... for broken packages
-        raise _corrupt("docx", exc) from None
+        raise _corrupt("docx", exc, path) from None
     heading = None
     for block in blocks:
         if isinstance(block, Table):
@@ -213,7 +215,7 @@ def _pptx(path: Path, out: _Builder) -> str:
     try:
         slides = list(pptx.Presentation(str(path)).slides)
     except Exception as exc:  # python-pptx raises KeyError, ValueError, lxml errors... for broken packages
-        raise _corrupt("pptx", exc) from None
+        raise _corrupt("pptx", exc, path) from None
     read = 0
     for n, slide in enumerate(slides, 1):
         try:
@@ -222,7 +224,7 @@ def _pptx(path: Path, out: _Builder) -> str:
                 texts.append(slide.notes_slide.notes_text_frame.text)
             title = slide.shapes.title.text if slide.shapes.title is not None else ""
         except Exception as exc:
-            raise _corrupt("pptx", exc) from None
+            raise _corrupt("pptx", exc, path) from None
         read = n
         label = normalise_text(title).replace("\n", " ") or None
         if not out.add("\n\n".join(t for t in texts if t.strip()), page=n, label=label):
@@ -248,7 +250,7 @@ def _xlsx(path: Path, out: _Builder) -> str:
     try:
         book = openpyxl.load_workbook(str(path), read_only=True, data_only=True)
     except Exception as exc:  # InvalidFileException, KeyError, BadZipFile, XML errors
-        raise _corrupt("xlsx", exc) from None
+        raise _corrupt("xlsx", exc, path) from None
     sheet = ""
     try:
         for ws in book.worksheets:
@@ -267,7 +269,7 @@ def _xlsx(path: Path, out: _Builder) -> str:
             if rows and lines and not out.add("\n".join(lines), label=sheet):
                 return f"up to the sheet {sheet!r}"
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
-        raise _corrupt("xlsx", exc) from None
+        raise _corrupt("xlsx", exc, path) from None
     finally:
         book.close()
     if not out.parts:

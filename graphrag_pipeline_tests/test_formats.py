@@ -1,5 +1,5 @@
-"""PDF, DOCX, PPTX and XLSX documents: real files written by independent libraries (fpdf2 for PDF,
-python-docx, python-pptx, xlsxwriter), good and broken, read through ingest/formats.py; a PDF's
+"""PDF, DOCX, PPTX and XLSX documents: real files written by libraries independent of the readers
+(fpdf2 for PDF, pandoc for DOCX and PPTX, xlsxwriter for XLSX), good and broken, read through ingest/formats.py; a PDF's
 pages reach its chunks, the index and a query's sources."""
 
 from __future__ import annotations
@@ -45,32 +45,55 @@ def _pdf(path: Path, pages: list[str] | None = PAGE_TOPICS, paragraphs: int = 1,
     return path
 
 
-def _docx(path: Path) -> Path:
-    import docx
+def _pandoc(markdown: str, to: str, path: Path) -> Path:
+    """A DOCX or PPTX written by pandoc (bundled by pypandoc_binary): a writer independent of the
+    python-docx / python-pptx readers, so a reader's quirk cannot hide in its own writer's output."""
+    import pypandoc
 
-    document = docx.Document()
-    document.add_heading("Engines", level=1)
-    document.add_paragraph("Charles Babbage designed the Difference Engine.")
-    table = document.add_table(rows=2, cols=2)
-    for r, row in enumerate([("Name", "Year"), ("Analytical Engine", "1837")]):
-        for c, value in enumerate(row):
-            table.cell(r, c).text = value
-    document.add_heading("Codebreaking", level=1)
-    document.add_paragraph("Alan Turing worked at Bletchley Park.")
-    document.save(str(path))
+    pypandoc.convert_text(markdown, to, format="md", outputfile=str(path))
     return path
+
+
+DOCX_MARKDOWN = """# Engines
+
+Charles Babbage designed the Difference Engine.
+
+| Name              | Year |
+|-------------------|------|
+| Analytical Engine | 1837 |
+
+# Codebreaking
+
+Alan Turing worked at Bletchley Park.
+"""
+
+# pandoc's slide rules: the slide level is the highest heading level followed directly by content
+# (here `#`), each such heading starts a slide titled by it, and `---` starts an untitled slide;
+# a `::: notes` div becomes the slide's speaker notes.
+PPTX_MARKDOWN = """# Babbage
+
+The Difference Engine
+
+::: notes
+Built in London from 1819.
+:::
+
+# Turing
+
+The Bombe at Bletchley Park
+
+---
+
+Grace Hopper wrote the first compiler.
+"""
+
+
+def _docx(path: Path) -> Path:
+    return _pandoc(DOCX_MARKDOWN, "docx", path)
 
 
 def _pptx(path: Path) -> Path:
-    import pptx
-
-    deck = pptx.Presentation()
-    for title, body in [("Babbage", "The Difference Engine"), ("Turing", "The Bombe at Bletchley Park")]:
-        slide = deck.slides.add_slide(deck.slide_layouts[1])
-        slide.shapes.title.text = title
-        slide.placeholders[1].text = body
-    deck.save(str(path))
-    return path
+    return _pandoc(PPTX_MARKDOWN, "pptx", path)
 
 
 def _xlsx(path: Path) -> Path:
@@ -168,8 +191,10 @@ def test_docx_paragraphs_tables_and_headings(tmp_path):
 def test_pptx_slides_are_pages(tmp_path):
     doc = read_document(_pptx(tmp_path / "deck.pptx"))
     assert doc.status == "ok" and "The Bombe at Bletchley Park" in doc.text
-    assert [(s.page, s.label) for s in doc.sections] == [(1, "Babbage"), (2, "Turing")]
+    assert "Built in London from 1819." in doc.text  # speaker notes are read with their slide
+    assert [(s.page, s.label) for s in doc.sections] == [(1, "Babbage"), (2, "Turing"), (3, None)]
     assert doc.text[doc.sections[1].start :].startswith("Turing")
+    assert doc.text[doc.sections[2].start :] == "Grace Hopper wrote the first compiler."
 
 
 def test_xlsx_sheets_are_sections(tmp_path):

@@ -289,3 +289,87 @@ def test_mixed_corpus_build_puts_pdf_pages_in_the_index_and_sources(home, tmp_pa
     assert f"p. {pdf_sources[0]['pages']}]" in result["context"]
     code, text_out = cli("query", "Alan Turing broke the Enigma cipher at Bletchley Park", "--mode", "naive")
     assert code == 0 and "engines.pdf, chunk" in text_out and ", p. " in text_out
+
+
+# -- a home written before the page columns -------------------------------------------------------------------------
+
+_PAGE_COLUMNS = ("page_start", "page_end", "section")
+
+
+def _age_home(home: Path) -> None:
+    """Turns a home into one an earlier version wrote: chunk files (with their recorded checksums)
+    and the DuckDB index's chunks table without the page columns, the index at schema 3."""
+    from graphrag_pipeline.storage.files import write_parquet
+
+    folder = home / "tables" / "chunks"
+    for table in folder.glob("*.parquet"):
+        old = pl.read_parquet(table).drop(_PAGE_COLUMNS)
+        digest = write_parquet(old, table, checksum=True)
+        info_file = table.with_suffix(".json")
+        info = json.loads(info_file.read_text())
+        info["checksums"][".parquet"] = digest
+        info_file.write_text(json.dumps(info))
+        assert set(pl.read_parquet_schema(table)) & set(_PAGE_COLUMNS) == set()
+    con = duckdb.connect(str(home / "index" / "search_index.duckdb"))
+    try:
+        for column in _PAGE_COLUMNS:
+            con.execute(f"ALTER TABLE chunks DROP COLUMN {column}")
+        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
+def _index_state(home: Path) -> tuple[dict, list[tuple]]:
+    con = duckdb.connect(str(home / "index" / "search_index.duckdb"), read_only=True)
+    try:
+        meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
+        rows = con.execute("SELECT doc, page_start, page_end FROM chunks ORDER BY doc, position").fetchall()
+    finally:
+        con.close()
+    return meta, rows
+
+
+def test_a_home_written_before_page_columns_reads_and_a_later_build_republishes(home, tmp_path, monkeypatch):
+    from graphrag_pipeline.index.duckdb_reader import open_index
+    from graphrag_pipeline.query import query
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "plain.txt").write_text("Grace Hopper wrote the first compiler at Harvard.\n", encoding="utf-8")
+    (corpus / "turing.txt").write_text(PAGE_TOPICS[2] + "\n", encoding="utf-8")
+    monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "120")
+    monkeypatch.setenv("GRAPHRAG_CHUNK_OVERLAP", "10")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    _age_home(home)
+
+    # the old home reads: stored chunks with null pages, the old index through its compatibility path
+    store = Store(Paths(home))
+    for table in (store.read_all_chunks(["plain.txt", "turing.txt"]), store.scan_all_chunks(["plain.txt"])):
+        assert table.columns[-3:] == list(_PAGE_COLUMNS) and table["page_start"].null_count() == table.height
+    for preload in (False, True):
+        with open_index(home, backend="duckdb", preload=preload) as db:
+            for mode in ("naive", "local"):
+                sources = query(db, PAGE_TOPICS[2], mode).sources()  # entities', relations', chunks' sources
+                assert any(s["doc"] == "turing.txt" for s in sources), (preload, mode, sources)
+                assert all("pages" not in s for s in sources)
+    result = cli_json("query", PAGE_TOPICS[2], "--mode", "naive", "--json")
+    assert result["chunks"] and "p. " not in result["context"]
+
+    # a PDF added later: the build mixes old chunk files (no page columns) with new ones and
+    # publishes a whole new index in the new schema
+    _pdf(corpus / "engines.pdf", paragraphs=8)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    meta, rows = _index_state(home)
+    assert meta["schema_version"] == 4 and meta["build_mode"] == "full" and "schema version 3" in meta["build_reason"]
+    assert {r[0] for r in rows} == {"engines.pdf", "plain.txt", "turing.txt"}
+    assert {(r[1], r[2]) for r in rows if r[0] != "engines.pdf"} == {(None, None)}
+    pdf_pages = [(r[1], r[2]) for r in rows if r[0] == "engines.pdf"]
+    assert pdf_pages[0][0] == 1 and pdf_pages[-1][1] == 3
+    result = cli_json("query", PAGE_TOPICS[2], "--mode", "naive", "--json")
+    pdf_sources = [s for c in result["chunks"] for s in c["sources"] if s["doc"] == "engines.pdf"]
+    assert pdf_sources and all(s["pages"] for s in pdf_sources), result["chunks"]
+    code, out = cli("verify")
+    assert code == 0, out

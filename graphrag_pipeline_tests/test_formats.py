@@ -13,6 +13,7 @@ import pytest
 
 from graphrag_pipeline.ingest.document_chunks import chunk_document
 from graphrag_pipeline.ingest.documents import CorpusFile, read_document
+from graphrag_pipeline.ingest.formats import PACKAGE_FLOOR, package_limit
 from graphrag_pipeline.query.search import citations, cite
 from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline.storage.store import Store
@@ -220,6 +221,42 @@ def test_broken_office_files_are_skipped_with_a_reason(tmp_path, make, suffix):
     wrong.write_bytes(other.read_bytes())
     assert read_document(wrong).status == "corrupt"
     assert read_document(whole).status == "ok"
+
+
+def _pad(src: Path, dest: Path, size: int) -> Path:
+    """`src` (a real Office package) with one more part of `size` zero bytes, deflated: at tens of
+    MiB it is a zip bomb of a few hundred KB."""
+    import shutil
+    import zipfile
+
+    shutil.copyfile(src, dest)
+    with zipfile.ZipFile(dest, "a", compression=zipfile.ZIP_DEFLATED) as package:
+        with package.open("media/padding.bin", "w", force_zip64=True) as part:
+            block = bytes(1024 * 1024)
+            for _ in range(size // len(block)):
+                part.write(block)
+            part.write(bytes(size % len(block)))
+    return dest
+
+
+def test_package_limit_follows_the_text_limit():
+    assert package_limit(20 * 1024 * 1024) == 640 * 1024 * 1024  # the default text limit: 640 MiB unpacked
+    assert package_limit(150) == PACKAGE_FLOOR == 64 * 1024 * 1024
+
+
+@pytest.mark.parametrize("make,suffix", [(_docx, ".docx"), (_pptx, ".pptx"), (_xlsx, ".xlsx")])
+def test_office_zip_bomb_is_refused_before_it_is_opened(tmp_path, make, suffix):
+    whole = make(tmp_path / f"whole{suffix}")
+    bomb = _pad(whole, tmp_path / f"bomb{suffix}", PACKAGE_FLOOR + 1024 * 1024)
+    assert bomb.stat().st_size < 1024 * 1024  # it inflates over a hundred times
+    doc = read_document(bomb, max_bytes=10_000)
+    assert doc.status == "too_large" and not doc.usable and doc.text == ""
+    assert f"bomb{suffix} skipped: its {suffix[1:].upper()} package would unpack to" in doc.message
+    assert "a zip bomb?" in doc.message and "GRAPHRAG_MAX_DOCUMENT_BYTES" in doc.message
+    # the same package under the bound reads (a larger text limit raises it: 32 x 10 MB > 65 MiB)
+    assert read_document(bomb, max_bytes=10_000_000).status == "ok"
+    # only the unpacked total is judged: a package with a small extra part reads
+    assert read_document(_pad(whole, tmp_path / f"small{suffix}", 1024 * 1024), max_bytes=10_000).status == "ok"
 
 
 def test_old_chunk_files_without_page_columns_still_read(tmp_path):

@@ -2,7 +2,7 @@
 
 Bad files never raise: each read returns a `DocumentText` whose `status` says what happened
 (ok, truncated, empty, binary, undecodable, unreadable; for PDF, DOCX, PPTX and XLSX also
-encrypted, no_text, corrupt) with a human-readable message.
+encrypted, no_text, corrupt, too_large) with a human-readable message.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def file_hash(path: Path) -> str:
 @dataclass
 class DocumentText:
     text: str
-    status: str  # ok | truncated | empty | binary | undecodable | unreadable | encrypted | no_text | corrupt
+    status: str  # ok|truncated|empty|binary|undecodable|unreadable|encrypted|no_text|corrupt|too_large
     message: str
     encoding: str = ""  # a converted format's name (pdf, docx, ...) for those
     size_bytes: int = 0

@@ -7,7 +7,8 @@ files never pays for them.
 
 A file that cannot be converted raises `FormatError` with a status and a reason a user can act on:
 `encrypted` (password-protected), `no_text` (pages but no text layer: a scanned PDF), `corrupt`
-(not a valid file of its kind, e.g. a text file named `.pdf`, or a cut-off download).
+(not a valid file of its kind, e.g. a text file named `.pdf`, or a cut-off download),
+`too_large` (a DOCX/PPTX/XLSX package that would unpack to more than `package_limit`: a zip bomb).
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ BINARY_FORMATS = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xls
 _NAMES = {"pdf": "PDF", "docx": "DOCX", "pptx": "PPTX", "xlsx": "XLSX"}
 # an OLE compound file: what an encrypted DOCX/PPTX/XLSX is (the package sits inside, encrypted)
 _CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+# An Office package's XML is several times the text it carries (tags, run formatting, cell
+# references: typically 5-20x), so a package may unpack to PACKAGE_FACTOR times the text limit;
+# the floor keeps a small text limit from refusing ordinary files whose pictures count at their size.
+PACKAGE_FACTOR = 32
+PACKAGE_FLOOR = 64 * 1024 * 1024
 
 
 class FormatError(Exception):
     def __init__(self, status: str, reason: str):
         super().__init__(reason)
-        self.status = status  # encrypted | no_text | corrupt
+        self.status = status  # encrypted | no_text | corrupt | too_large
         self.reason = reason
 
 
@@ -89,6 +95,8 @@ def convert(path: Path, kind: str, max_bytes: int) -> Converted:
     """The text of a file of `kind` (a value of BINARY_FORMATS), at most `max_bytes` UTF-8 bytes
     of it. Raises FormatError for a file that has no usable text, OSError when it cannot be read."""
     _check_signature(Path(path), kind)
+    if kind != "pdf":
+        _check_package(Path(path), kind, max_bytes)
     out = _Builder(max_bytes)
     where = _READERS[kind](Path(path), out)
     truncated = ""
@@ -112,6 +120,31 @@ def _check_signature(path: Path, kind: str) -> None:
         )
     if not head.startswith(b"PK"):
         raise FormatError("corrupt", f"not a valid {name} (not a ZIP package{_looks_like_text(head)})")
+
+
+def package_limit(max_bytes: int) -> int:
+    """How many bytes a DOCX/PPTX/XLSX may unpack to, for a text limit of `max_bytes`."""
+    return max(PACKAGE_FACTOR * max_bytes, PACKAGE_FLOOR)
+
+
+def _check_package(path: Path, kind: str, max_bytes: int) -> None:
+    """Refuses a package whose parts would unpack to more than `package_limit` before any library
+    opens it: python-docx and python-pptx load every part into memory, so a zip bomb (a few KB that
+    inflate to gigabytes) would exhaust it. The sizes are those the ZIP directory declares; Python's
+    zipfile never inflates a part beyond its declared size (and checks its CRC), so they are a bound
+    on what the readers can get."""
+    try:
+        with zipfile.ZipFile(path) as package:
+            total = sum(info.file_size for info in package.infolist())
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        raise _corrupt(kind, exc, path) from None
+    limit = package_limit(max_bytes)
+    if total > limit:
+        raise FormatError(
+            "too_large",
+            f"its {_NAMES[kind]} package would unpack to {total:,} bytes, over the {limit:,} allowed "
+            f"({PACKAGE_FACTOR}x GRAPHRAG_MAX_DOCUMENT_BYTES, at least {PACKAGE_FLOOR // 2**20} MiB): a zip bomb?",
+        )
 
 
 def _looks_like_text(head: bytes) -> str:

@@ -172,6 +172,8 @@ def test_scan_corpus_skips_hidden_and_unsupported_and_sorts(tmp_path):
         ".git/config.txt",
         "sub/.secret/x.md",
         "notes.pdf",
+        "slides.PPTX",
+        "old.doc",
         "image.png",
         "README",
         "data.json",
@@ -180,7 +182,8 @@ def test_scan_corpus_skips_hidden_and_unsupported_and_sorts(tmp_path):
     (tmp_path / "folder.txt").mkdir()  # a directory with a supported suffix is not a document
     files = scan_corpus(tmp_path)
     rels = [f.relpath for f in files]
-    assert rels == sorted(["E.TXT", "a.txt", "b.md", "c.markdown", "d.htm", "sub/deeper/y.html", "sub/z.txt"])
+    expected = ["E.TXT", "a.txt", "b.md", "c.markdown", "d.htm", "notes.pdf", "slides.PPTX", "sub/deeper/y.html"]
+    assert rels == sorted([*expected, "sub/z.txt"])
     for f in files:
         assert f.key == partition_key(f.relpath)
         assert f.path == tmp_path / f.relpath and f.path.is_file()
@@ -451,7 +454,7 @@ def test_find_corpus_files_names_what_scan_corpus_names(tmp_path):
         "Kelvin.txt",
         "\u212aelvin.txt",  # KELVIN SIGN: NFC "Kelvin.txt", a twin of the ASCII name
         ".hidden/d.txt",
-        "skip.pdf",
+        "skip.doc",
         "caf\u00e9.txt",
     ]
     for n in names:
@@ -470,7 +473,7 @@ def test_find_corpus_files_names_what_scan_corpus_names(tmp_path):
     found = find_corpus_files(corpus, keys)  # some keys need the listing: all come from it
     assert {k: (f.relpath, f.path) for k, f in found.items()} == {k: (f.relpath, f.path) for k, f in scanned.items()}
     # keys of files scan_corpus does not list are not found either
-    for ghost in (".hidden--d.txt", "linked--e.txt", "skip.pdf", "missing.txt"):
+    for ghost in (".hidden--d.txt", "linked--e.txt", "skip.doc", "missing.txt"):
         assert find_corpus_files(corpus, [ghost]) == {}
     assert "Kelvin.txt" in scanned and scanned["Kelvin.txt"].relpath == "Kelvin.txt"
 

@@ -295,3 +295,30 @@ def test_a_delta_with_every_kind_of_change_leaves_elasticsearch_as_a_full_sync_w
             es.options(ignore_status=404).indices.delete(index=f"{cfg.alias}-*")
         finally:
             es.close()
+
+
+def test_pdf_pages_reach_elasticsearch_and_its_sources_match_duckdb(es_env, home, tmp_path, monkeypatch):
+    from graphrag_pipeline_tests.test_formats import PAGE_TOPICS, _pdf
+
+    corpus = tmp_path / "pdfs"
+    corpus.mkdir()
+    _pdf(corpus / "engines.pdf", paragraphs=8)
+    (corpus / "plain.txt").write_text("Grace Hopper wrote the first compiler.\n", encoding="utf-8")
+    monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "120")
+    monkeypatch.setenv("GRAPHRAG_CHUNK_OVERLAP", "10")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    with open_index(home, backend="duckdb") as db, open_index(home) as es:
+        assert type(es).__name__ == "EsIndex"
+        hits = es.chunks_by_text(PAGE_TOPICS[2], 3)
+        assert hits[0]["doc"] == "engines.pdf" and hits[0]["page_end"] == 3, hits[0]
+        ids = [h["chunk_id"] for h in hits]
+        assert es.chunks_by_ids(ids) == db.chunks_by_ids(ids)
+        pages = {(r["page_start"], r["page_end"]) for r in es.chunks_by_ids(ids) if r["doc"] == "engines.pdf"}
+        assert pages and all(1 <= a <= b <= 3 for a, b in pages)
+        a, b = query(db, PAGE_TOPICS[2], "naive").to_dict(), query(es, PAGE_TOPICS[2], "naive").to_dict()
+        assert _same(a, b)
+        sources = [s for c in b["chunks"] for s in c["sources"] if s["doc"] == "engines.pdf"]
+        assert sources and all(s["pages"] for s in sources), b["chunks"]
+        txt = [s for c in b["chunks"] for s in c["sources"] if s["doc"] == "plain.txt"]
+        assert all("pages" not in s for s in txt)

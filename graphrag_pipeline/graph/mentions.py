@@ -29,6 +29,7 @@ from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.graph.merge import _merge_edges, _merge_nodes, dropped_relations, merge_affected
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.storage.files import ParquetBundle
+from graphrag_pipeline.storage.store import CHUNK_ROWS
 
 SHARDS = 32
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
@@ -202,6 +203,8 @@ def all_chunks(store, keys: list[str]) -> pl.DataFrame:
         for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
             name = f"chunks-{i:02d}"
             old = bundle.read(manifest, name)
+            if old.columns != list(CHUNK_ROWS):
+                raise KeyError("chunk shards of an older layout")  # written again below, with every column
             add = (
                 [fresh.filter(pl.col("_shard") == i).drop("_shard").select(old.columns).cast(old.schema)]
                 if fresh is not None
@@ -216,6 +219,8 @@ def all_chunks(store, keys: list[str]) -> pl.DataFrame:
             if n.startswith("chunks-")
         ]
         rows = pl.concat(frames, how="vertical_relaxed")
+        if rows.columns != list(CHUNK_ROWS):
+            raise KeyError("chunk shards of an older layout")
     except (OSError, KeyError, pl.exceptions.PolarsError):
         rows = _with_shard(store.scan_all_chunks(keys))
         tables = {f"chunks-{i:02d}": rows.filter(pl.col("_shard") == i).drop("_shard") for i in range(SHARDS)}

@@ -83,12 +83,28 @@ class DuckDBIndex:
         "entities": (ENT_COLS, ("key",)),
         "relations": (REL_COLS, ("source_key", "target_key")),
         "community_reports": (REP_COLS, ("community_id",)),
-        "chunks": ("chunk_id, doc_id, doc, position, text", ("chunk_id",)),
+        "chunks": ("chunk_id, doc_id, doc, position, text, {pages}", ("chunk_id",)),
     }
+
+    @property
+    def _pages(self) -> str:
+        """The chunk page columns, as NULLs in an index published before they existed (schema < 4)."""
+        if getattr(self, "_pages_sql", None) is None:
+            cols = {
+                r[0]
+                for r in self.con.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE table_name = 'chunks'"
+                ).fetchall()
+            }
+            self._pages_sql = ", ".join(
+                c if c in cols else f"CAST(NULL AS {t}) AS {c}"
+                for c, t in (("page_start", "BIGINT"), ("page_end", "BIGINT"), ("section", "VARCHAR"))
+            )
+        return self._pages_sql
 
     def preload(self) -> None:
         for table, (cols, _) in self._IN_MEMORY.items():
-            df = self.con.sql(f"SELECT {cols}, embedding FROM {table}").pl()
+            df = self.con.sql(f"SELECT {cols.format(pages=self._pages)}, embedding FROM {table}").pl()
             matrix = np.ascontiguousarray(df["embedding"].to_numpy(), dtype=np.float32).reshape(df.height, self.dim)
             self._memory[table] = (df.drop("embedding").to_dicts(), matrix)
         ents = self._memory["entities"][0]
@@ -286,8 +302,10 @@ class DuckDBIndex:
                     r.pop("text")
             return out
         extra = ", first(text ORDER BY position) AS text" if text else ""
+        pages = ", ".join(f"first({c} ORDER BY position) AS {c}" for c in ("page_start", "page_end", "section"))
         return self._rows(
-            f"""SELECT chunk_id, doc_id, first(doc) AS doc, min(position) AS position{extra} FROM chunks
+            f"""SELECT chunk_id, doc_id, first(doc) AS doc, min(position) AS position, {pages}{extra}
+                FROM (SELECT chunk_id, doc_id, doc, position, text, {self._pages} FROM chunks)
                 WHERE chunk_id IN (SELECT unnest(?)) GROUP BY chunk_id, doc_id ORDER BY chunk_id, doc_id""",
             [list(set(chunk_ids))],
         )
@@ -297,7 +315,7 @@ class DuckDBIndex:
             return self._top("chunks", vector, k, -2.0, lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))
         # an identical chunk in two documents ties on (sim, chunk_id): document and position decide,
         # not the storage order
-        sql = f"""SELECT chunk_id, doc_id, doc, position, text,
+        sql = f"""SELECT chunk_id, doc_id, doc, position, text, {self._pages},
                          round(CAST(array_inner_product(embedding, {self._vec(vector)}) AS DOUBLE), 6) AS sim
                   FROM chunks ORDER BY sim DESC, chunk_id, doc, position LIMIT ?"""
         return self._rows(sql, [vector.tolist(), k])
@@ -358,7 +376,8 @@ class DuckDBIndex:
             rows = [dict(r) for r in self._memory["chunks"][0] if r["chunk_id"] in wanted]
         else:
             rows = self._rows(
-                "SELECT chunk_id, doc, position, text FROM chunks WHERE chunk_id IN (SELECT unnest(?))", [ids]
+                f"SELECT chunk_id, doc, position, text, {self._pages} FROM chunks WHERE chunk_id IN (SELECT unnest(?))",
+                [ids],
             )
         return sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"]))
 

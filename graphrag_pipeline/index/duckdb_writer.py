@@ -61,7 +61,7 @@ from graphrag_pipeline.index.records import (
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import atomic_path
 
-SCHEMA_VERSION = 3  # 3: community_reports.documents (report sources)
+SCHEMA_VERSION = 4  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section
 MAX_DELTA_FRACTION = 0.3
 CHANGES_SCHEMA = {"table_name": pl.Utf8, "key": pl.Utf8, "key2": pl.Utf8, "op": pl.Utf8}
 # meta entries that describe the publish itself rather than the content

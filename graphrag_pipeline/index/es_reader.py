@@ -403,7 +403,9 @@ class EsIndex:
     def _plan_chunks_by_ids(self, chunk_ids: list[str], text: bool = False):
         if not chunk_ids:
             return [], lambda res: []
-        fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int"] + (["content"] if text else [])
+        fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int", *_PAGE_FIELDS] + (
+            ["content"] if text else []
+        )
 
         def finish(res: list[list[dict]]) -> list[dict]:
             found: dict[tuple[str, str], dict] = {}
@@ -414,6 +416,7 @@ class EsIndex:
                     "doc_id": s["doc_id_kwd"],
                     "doc": s["docnm_kwd"],
                     "position": s["position_int"],
+                    **_pages(s),
                 }
                 if text:
                     row["text"] = s["content"]
@@ -435,6 +438,7 @@ class EsIndex:
                     "doc_id": s["doc_id_kwd"],
                     "doc": s["docnm_kwd"],
                     "position": s["position_int"],
+                    **_pages(s),
                     "text": s["content"],
                     "sim": sim,
                 }
@@ -442,14 +446,14 @@ class EsIndex:
             ]
             return sorted(rows, key=lambda r: (-r["sim"], r["chunk_id"], r["doc"], r["position"]))[:k]
 
-        fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int", "content"]
+        fields = ["chunk_id_kwd", "doc_id_kwd", "docnm_kwd", "position_int", *_PAGE_FIELDS, "content"]
         return [self._knn_body("chunk", vector, k + 8, fields)], finish
 
     def chunks_by_text(self, question: str, k: int) -> list[dict]:
         """BM25 over chunk text."""
         hits = self._search(
             query={"bool": {"filter": [{"term": {KG: "chunk"}}], "must": [{"match": {"content": question}}]}},
-            source=["chunk_id_kwd", "docnm_kwd", "position_int", "content"],
+            source=["chunk_id_kwd", "docnm_kwd", "position_int", *_PAGE_FIELDS, "content"],
             size=k,
         )
         return [
@@ -457,6 +461,7 @@ class EsIndex:
                 "chunk_id": h["_source"]["chunk_id_kwd"],
                 "doc": h["_source"]["docnm_kwd"],
                 "position": h["_source"]["position_int"],
+                **_pages(h["_source"]),
                 "text": h["_source"]["content"],
                 "score": h["_score"],
             }
@@ -500,11 +505,30 @@ class EsIndex:
         """Chunks by id, in document and position order (an identical chunk may appear in several documents)."""
         if not ids:
             return []
+        fields = ["chunk_id_kwd", "docnm_kwd", "position_int", *_PAGE_FIELDS, "content"]
         rows = [
-            {"chunk_id": s["chunk_id_kwd"], "doc": s["docnm_kwd"], "position": s["position_int"], "text": s["content"]}
-            for s in self._terms("chunk", "chunk_id_kwd", ids, ["chunk_id_kwd", "docnm_kwd", "position_int", "content"])
+            {
+                "chunk_id": s["chunk_id_kwd"],
+                "doc": s["docnm_kwd"],
+                "position": s["position_int"],
+                **_pages(s),
+                "text": s["content"],
+            }
+            for s in self._terms("chunk", "chunk_id_kwd", ids, fields)
         ]
         return sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"]))
+
+
+_PAGE_FIELDS = ["page_start_int", "page_end_int", "section_kwd"]
+
+
+def _pages(source: dict) -> dict:
+    """A chunk record's pages and section (absent in records written before they existed: None)."""
+    return {
+        "page_start": source.get("page_start_int"),
+        "page_end": source.get("page_end_int"),
+        "section": source.get("section_kwd"),
+    }
 
 
 __all__ = ["EsIndex", "EsIndexError"]

@@ -29,7 +29,7 @@ import polars as pl
 from graphrag_pipeline.index.records import NHOP_ORDER_SQL
 from graphrag_pipeline.urls import redact_url
 
-SCHEMA_VERSION = 2  # 2: documents_kwd on community reports (their sources)
+SCHEMA_VERSION = 3  # 2: documents_kwd on community reports (their sources); 3: chunk pages and section
 KG = "knowledge_graph_kwd"
 
 
@@ -132,6 +132,9 @@ def mappings(dim: int) -> dict:
             "chunk_id_kwd": kw,
             "doc_id_kwd": kw,
             "position_int": {"type": "integer"},
+            "page_start_int": {"type": "integer"},
+            "page_end_int": {"type": "integer"},
+            "section_kwd": kw,
             "content_with_weight": {"type": "text"},
             "content": {"type": "text"},
             "title_tks": {"type": "text"},
@@ -219,6 +222,9 @@ def build_documents(tables: dict[str, pl.DataFrame], meta: dict) -> dict[str, di
             "doc_id_kwd": ch["doc_id"],
             "docnm_kwd": ch["doc"],
             "position_int": int(ch["position"]),
+            "page_start_int": ch.get("page_start"),
+            "page_end_int": ch.get("page_end"),
+            "section_kwd": ch.get("section"),
             "content": ch["text"],
             vf: _vec(ch["embedding"]),
         }

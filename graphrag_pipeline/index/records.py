@@ -61,7 +61,7 @@ COLUMNS = {
         "text",
         "documents",
     ),
-    "chunks": ("chunk_id", "doc_id", "doc", "position", "text"),
+    "chunks": ("chunk_id", "doc_id", "doc", "position", "text", "page_start", "page_end", "section"),
     "nhop": ("entity_key", "path", "weights"),
     "ty2ents": ("type", "entities", "count"),
 }
@@ -407,6 +407,15 @@ def _report_rows(
     return out.select(list(REPORT_SCHEMA)).cast(REPORT_SCHEMA)
 
 
+_PAGE_COLUMNS = {"page_start": pl.Int64, "page_end": pl.Int64, "section": pl.Utf8}
+
+
+def _with_pages(chunks: pl.DataFrame) -> pl.DataFrame:
+    """Chunk rows with their page columns (null where a caller's table has none)."""
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in _PAGE_COLUMNS.items() if c not in chunks.columns]
+    return chunks.with_columns(missing) if missing else chunks
+
+
 def build_index_rows(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
@@ -446,7 +455,7 @@ def build_index_rows(
     relations = edges.select(*COLUMNS["relations"])
 
     reports_df = _report_rows(reports, communities, nodes, chunks)
-    chunk_df = chunks.select(*COLUMNS["chunks"])
+    chunk_df = _with_pages(chunks).select(*COLUMNS["chunks"])
     nhop_df = nhop_paths(edges) if nhop else pl.DataFrame(schema=NHOP_SCHEMA)
     ty2ents = (
         nodes.sort(["pagerank", "key"], descending=[True, False])

@@ -72,6 +72,10 @@ class Chunk:
     position: int
     text: str
     tokens: int
+    # where the chunk's own text (without the overlap repeated from the previous chunk) lies in the
+    # document's text, as character offsets [start, end): pages and sections are found from them
+    start: int = 0
+    end: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class _Unit:
     tokens: int
     sep: str  # joins it to the previous unit inside a chunk: "\n\n" between paragraphs
     join: int  # tokens counted for sep (at least 1)
+    start: int = 0  # character offset of text in the document
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -98,19 +103,32 @@ def chunk_id(text: str) -> str:
     return "chunk-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def _pieces(text: str, pattern: re.Pattern) -> list[tuple[str, str]]:
-    """(separator before it, piece) for the non-empty pieces of text between matches of pattern."""
-    out: list[tuple[str, str]] = []
+def _pieces(text: str, pattern: re.Pattern) -> list[tuple[str, str, int]]:
+    """(separator before it, piece, its offset) for the non-empty pieces of text between matches of pattern."""
+    out: list[tuple[str, str, int]] = []
     sep = ""
     pos = 0
     for m in pattern.finditer(text):
         if m.start() > pos:
-            out.append((sep, text[pos : m.start()]))
+            out.append((sep, text[pos : m.start()], pos))
             sep = ""
         sep += m.group()
         pos = m.end()
     if pos < len(text):
-        out.append((sep, text[pos:]))
+        out.append((sep, text[pos:], pos))
+    return out
+
+
+def _paragraphs(text: str) -> list[tuple[str, int]]:
+    """(paragraph without surrounding whitespace, its offset) for the non-empty paragraphs."""
+    out = []
+    pos = 0
+    for raw_start, raw_end in [(m.start(), m.end()) for m in _PARAGRAPHS.finditer(text)] + [(len(text), len(text))]:
+        raw = text[pos:raw_start]
+        para = raw.strip()
+        if para:
+            out.append((para, pos + len(raw) - len(raw.lstrip())))
+        pos = raw_end
     return out
 
 
@@ -144,28 +162,27 @@ def _split_units(text: str, max_tokens: int) -> list[_Unit]:
     """Paragraphs; a paragraph over max_tokens becomes its lines, a line over it its sentences,
     and a sentence over it token windows. Every unit holds at most max_tokens tokens."""
     units: list[_Unit] = []
-    for para in _PARAGRAPHS.split(text):
-        para = para.strip()
-        if not para:
-            continue
+    for para, para_start in _paragraphs(text):
         n = _count(para)
         if n <= max_tokens:
-            units.append(_Unit(para, n, _PARAGRAPH_SEP, 1))
+            units.append(_Unit(para, n, _PARAGRAPH_SEP, 1, para_start))
             continue
         sep = _PARAGRAPH_SEP  # before the next unit
-        for line_sep, line in _pieces(para, _LINE_BREAK):
+        for line_sep, line, line_start in _pieces(para, _LINE_BREAK):
             sep += line_sep
-            for sentence_sep, sentence in _pieces(line, _SENTENCE_BREAK):
+            for sentence_sep, sentence, sentence_start in _pieces(line, _SENTENCE_BREAK):
                 sep += sentence_sep
+                start = para_start + line_start + sentence_start
                 n = _count(sentence)
                 if n <= max_tokens:
-                    units.append(_Unit(sentence, n, sep, _join_cost(sep)))
+                    units.append(_Unit(sentence, n, sep, _join_cost(sep), start))
                     sep = ""
                     continue
                 for window, wn in _windows(sentence, max_tokens):
                     if window.strip():
-                        units.append(_Unit(window, wn, sep, _join_cost(sep)))
+                        units.append(_Unit(window, wn, sep, _join_cost(sep), start))
                         sep = ""
+                    start += len(window)
     return units
 
 
@@ -260,13 +277,13 @@ def _body(group: list[_Unit]) -> str:
     return group[0].text + "".join(u.sep + u.text for u in group[1:])
 
 
-def _fit(group: list[_Unit], max_tokens: int) -> list[tuple[str, list[int]]]:
-    """(body, its token ids) for the group, halved in the rare case that joining units made the body
-    longer than the sum of their counts allowed for."""
+def _fit(group: list[_Unit], max_tokens: int) -> list[tuple[str, list[int], int, int]]:
+    """(body, its token ids, its start and end offsets in the document) for the group, halved in the
+    rare case that joining units made the body longer than the sum of their counts allowed for."""
     body = _body(group)
     ids = encoding().encode(body, disallowed_special=())
     if len(ids) <= max_tokens or len(group) == 1:
-        return [(body, ids)]
+        return [(body, ids, group[0].start, group[-1].start + len(group[-1].text))]
     half = len(group) // 2
     return _fit(group[:half], max_tokens) + _fit(group[half:], max_tokens)
 
@@ -307,11 +324,11 @@ def chunk_text(
     bodies = [piece for group in groups for piece in _fit(group, max_tokens)]
     chunks: list[Chunk] = []
     previous_tail = ""
-    for position, (body, ids) in enumerate(bodies):
+    for position, (body, ids, start, end) in enumerate(bodies):
         chunk = (previous_tail + "\n\n" + body) if previous_tail else body
         n = _count(chunk)
         if n > max_tokens + overlap:  # the tail and body merged into more tokens than counted
             chunk, n = body, len(ids)
-        chunks.append(Chunk(chunk_id(chunk), position, chunk, n))
+        chunks.append(Chunk(chunk_id(chunk), position, chunk, n, start, end))
         previous_tail = _tail(ids, overlap)
     return chunks

@@ -6,6 +6,7 @@ says why it was skipped, and what should be logged about it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -25,6 +26,19 @@ class ChunkedDocument:
     skipped: str = ""  # why the document yields no chunks
     truncated: str = ""  # why only its beginning was chunked
     log: list[tuple[str, str]] = field(default_factory=list)  # (level "info"/"warning", message)
+
+
+def chunk_place(sections: list, start: int, end: int) -> tuple[int | None, int | None, str | None]:
+    """(first page, last page, section label) of the text [start, end) of a document whose
+    `sections` (formats.Section, by offset) say where pages and labels begin; all None without any.
+    The label is the one in force where the chunk starts."""
+    if not sections:
+        return None, None, None
+    starts = [s.start for s in sections]
+    first = sections[max(0, bisect_right(starts, start) - 1)]
+    last = sections[max(0, bisect_right(starts, max(start, end - 1)) - 1)]
+    pages = [s.page for s in sections if first.start <= s.start <= last.start and s.page is not None]
+    return (min(pages) if pages else None), (max(pages) if pages else None), first.label
 
 
 def chunk_document(
@@ -56,6 +70,7 @@ def chunk_document(
     if doc.message:
         log.append(("warning" if not doc.usable else "info", f"{f.relpath}: {doc.message}"))
     pieces = chunk_text(doc.text, chunk_tokens, chunk_overlap) if doc.usable else []
+    places = [chunk_place(doc.sections, c.start, c.end) for c in pieces]
     df = pl.DataFrame(
         {
             "chunk_id": [c.id for c in pieces],
@@ -64,6 +79,9 @@ def chunk_document(
             "position": [c.position for c in pieces],
             "text": [c.text for c in pieces],
             "tokens": [c.tokens for c in pieces],
+            "page_start": [p[0] for p in places],
+            "page_end": [p[1] for p in places],
+            "section": [p[2] for p in places],
         },
         schema=CHUNK_ROWS,
     )

@@ -1,7 +1,8 @@
 """Reading the corpus: which files are documents, their partition keys, and their text.
 
 Bad files never raise: each read returns a `DocumentText` whose `status` says what happened
-(ok, truncated, empty, binary, undecodable, unreadable) with a human-readable message.
+(ok, truncated, empty, binary, undecodable, unreadable; for PDF, DOCX, PPTX and XLSX also
+encrypted, no_text, corrupt, too_large) with a human-readable message.
 """
 
 from __future__ import annotations
@@ -14,14 +15,26 @@ import re
 import stat
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
 from graphrag_pipeline.settings import default as setting_default
 from graphrag_pipeline.storage.files import file_sha256
 
-SUPPORTED_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+SUPPORTED_SUFFIXES = {
+    ".txt": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    # converted by ingest/formats.py, never through the text decoder
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".pptx": "pptx",
+    ".xlsx": "xlsx",
+}
+_CONVERTED = {"pdf", "docx", "pptx", "xlsx"}
 DEFAULT_MAX_BYTES = setting_default("GRAPHRAG_MAX_DOCUMENT_BYTES")
 _SAFE = re.compile(r"[^\w.\-]", re.UNICODE)
 
@@ -264,10 +277,11 @@ def file_hash(path: Path) -> str:
 @dataclass
 class DocumentText:
     text: str
-    status: str  # ok | truncated | empty | binary | undecodable | unreadable
+    status: str  # ok|truncated|empty|binary|undecodable|unreadable|encrypted|no_text|corrupt|too_large
     message: str
-    encoding: str = ""
+    encoding: str = ""  # a converted format's name (pdf, docx, ...) for those
     size_bytes: int = 0
+    sections: list = field(default_factory=list)  # formats.Section starts (pages, slides, sheets, headings)
 
     @property
     def usable(self) -> bool:
@@ -277,6 +291,9 @@ class DocumentText:
 def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentText:
     """Read one corpus file into plain text, never raising on bad content."""
     path = Path(path)
+    kind = SUPPORTED_SUFFIXES.get(path.suffix.lower(), "text")
+    if kind in _CONVERTED:
+        return _read_converted(path, kind, max_bytes)
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -297,12 +314,11 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
             f"{'binary content' if reason == 'binary' else 'cannot determine its text encoding'}",
             size_bytes=size,
         )
-    kind = SUPPORTED_SUFFIXES.get(path.suffix.lower(), "text")
     if kind == "html":
         text = html_to_text(text)
     elif kind == "markdown":
         text = markdown_to_text(text)
-    text = _normalise_text(text)
+    text = normalise_text(text)
     if not text.strip():
         return DocumentText("", "empty", f"{display_path(path.name)} has no text", encoding, size)
     if truncated:
@@ -314,6 +330,26 @@ def read_document(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> DocumentTex
             size,
         )
     return DocumentText(text, "ok", "", encoding, size)
+
+
+def _read_converted(path: Path, kind: str, max_bytes: int) -> DocumentText:
+    """A PDF, DOCX, PPTX or XLSX file through its converter. `max_bytes` limits the extracted
+    text (UTF-8 bytes), not the file: cutting a PDF's bytes would leave no readable file at all."""
+    from graphrag_pipeline.ingest.formats import FormatError, convert
+
+    name = display_path(path.name)
+    try:
+        size = path.stat().st_size
+        converted = convert(path, kind, max_bytes)
+    except FormatError as exc:
+        return DocumentText("", exc.status, f"{name} skipped: {exc.reason}", kind, size)
+    except OSError as exc:
+        return DocumentText("", "unreadable", f"cannot read {name}: {exc.strerror or exc}")
+    except Exception as exc:  # a converter library's own failure on a damaged file: the document is skipped
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return DocumentText("", "corrupt", f"{name} skipped: cannot convert it ({reason})", kind, size)
+    status, message = ("truncated", f"{name}: {converted.truncated}") if converted.truncated else ("ok", "")
+    return DocumentText(converted.text, status, message, kind, size, converted.sections)
 
 
 def _decode(raw: bytes, truncated: bool) -> tuple[str | None, str]:
@@ -350,7 +386,7 @@ def _control_ratio(text: str) -> float:
     return bad / len(sample)
 
 
-def _normalise_text(text: str) -> str:
+def normalise_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
     text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")
     text = re.sub(r"[ \t\f\v]+\n", "\n", text)

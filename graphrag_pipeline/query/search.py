@@ -28,7 +28,7 @@ MODES = ("mix", "local", "global", "naive")
 DEFAULT_MODE = "mix"
 MAX_SOURCES = 5  # chunk references shown per entity or relation
 _SOURCE_LOOKUP = 20  # chunk ids looked up per entity or relation (a hub names thousands)
-_CITATION = re.compile(r"\[doc: (.+?)(?:, chunk (\d+))?\]")
+_CITATION = re.compile(r"\[doc: (.+?)(?:, chunk (\d+))?(?:, pp?\. \d+(?:-\d+)?)?\]")
 
 _TYPE_HINTS = {
     "PERSON": ("who", "whom", "whose", "person", "people", "scientist", "谁", "人物"),
@@ -107,7 +107,8 @@ def cite(source: dict) -> str:
     """A source as the context writes it and the answer should cite it."""
     if source.get("chunk") is None:
         return f"[doc: {source['doc']}]"
-    return f"[doc: {source['doc']}, chunk {source['chunk']}]"
+    pages = f", p. {source['pages']}" if source.get("pages") else ""
+    return f"[doc: {source['doc']}, chunk {source['chunk']}{pages}]"
 
 
 def citations(text: str) -> list[tuple[str, int | None]]:
@@ -115,8 +116,23 @@ def citations(text: str) -> list[tuple[str, int | None]]:
     return [(m.group(1), int(m.group(2)) if m.group(2) else None) for m in _CITATION.finditer(text or "")]
 
 
+def page_range(start: int | None, end: int | None) -> str | None:
+    """Pages as a person cites them: "3", "3-4"; None without pages."""
+    if start is None:
+        return None
+    return str(start) if end in (None, start) else f"{start}-{end}"
+
+
 def _chunk_source(row: dict) -> dict:
-    return {"doc": row["doc"], "chunk": int(row["position"]) + 1, "chunk_id": row["chunk_id"]}
+    """A chunk as a source; a chunk of a PDF (PPTX) also says its pages (slides), e.g. "3-4", and
+    one of an XLSX sheet or under a DOCX heading its section."""
+    source = {"doc": row["doc"], "chunk": int(row["position"]) + 1, "chunk_id": row["chunk_id"]}
+    pages = page_range(row.get("page_start"), row.get("page_end"))
+    if pages:
+        source["pages"] = pages
+    if row.get("section"):
+        source["section"] = row["section"]
+    return source
 
 
 def _report_sources(row: dict) -> list[dict]:

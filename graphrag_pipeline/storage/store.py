@@ -38,7 +38,20 @@ CHUNK_ROWS = {
     "position": pl.Int64,
     "text": pl.Utf8,
     "tokens": pl.Int64,
+    # the 1-based pages (PDF) or slides (PPTX) a chunk spans, and its sheet (XLSX) or heading (DOCX);
+    # null for formats without them. Chunk files written before these columns existed read with nulls.
+    "page_start": pl.Int64,
+    "page_end": pl.Int64,
+    "section": pl.Utf8,
 }
+_CHUNK_ADDED = ("page_start", "page_end", "section")
+
+
+def with_chunk_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """A chunk table in CHUNK_ROWS' columns; a table of an older home lacks the page columns: nulls."""
+    missing = [pl.lit(None, dtype=CHUNK_ROWS[c]).alias(c) for c in _CHUNK_ADDED if c not in df.columns]
+    return (df.with_columns(missing) if missing else df).select(list(CHUNK_ROWS)).cast(CHUNK_ROWS)
+
 
 # the Parquet files of each per-document asset (each also has a `<key>.json` info file, written last)
 DOC_TABLES = {"chunks": (".parquet",), "doc_subgraph": (".entities.parquet", ".relations.parquet")}
@@ -121,7 +134,7 @@ class Store:
         return read_json(self._doc_file("chunks", key, ".json"))
 
     def read_chunks(self, key: str) -> pl.DataFrame:
-        return read_parquet(self._doc_file("chunks", key, ".parquet"), CHUNK_ROWS)
+        return with_chunk_columns(read_parquet(self._doc_file("chunks", key, ".parquet"), CHUNK_ROWS))
 
     def write_subgraph(self, key: str, entities: pl.DataFrame, relations: pl.DataFrame, info: dict) -> None:
         ents, rels = (
@@ -190,7 +203,7 @@ class Store:
                 )
         return problems
 
-    def _read_many(self, files: list[Path], schema: dict) -> pl.DataFrame:
+    def _read_many(self, files: list[Path], schema: dict, select: bool = True) -> pl.DataFrame:
         files = [str(f) for f in files if f.exists()]
         if not files:
             return pl.DataFrame(schema=schema)
@@ -204,7 +217,8 @@ class Store:
             except duckdb.Error as exc:
                 _raise_damaged(part, exc)
                 raise
-        return pl.concat(frames, how="vertical_relaxed").select(list(schema)).cast(schema)
+        rows = pl.concat(frames, how="vertical_relaxed")
+        return rows.select(list(schema)).cast(schema) if select else rows
 
     def _valid(self, keys: list[str]) -> list[str]:
         # a key that cannot name a file has no files: readers of many documents pass over it
@@ -240,7 +254,8 @@ class Store:
         return self.signatures("doc_subgraph", keys, (".entities.parquet", ".relations.parquet"))
 
     def read_all_chunks(self, keys: list[str]) -> pl.DataFrame:
-        return self._read_many([self._doc_file("chunks", k, ".parquet") for k in self._valid(keys)], CHUNK_ROWS)
+        files = [self._doc_file("chunks", k, ".parquet") for k in self._valid(keys)]
+        return with_chunk_columns(self._read_many(files, CHUNK_ROWS, select=False))
 
     def scan_all_chunks(self, keys: list[str]) -> pl.DataFrame:
         """What read_all_chunks returns (same rows, same order), read by polars' parallel multi-file

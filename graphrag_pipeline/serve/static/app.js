@@ -104,7 +104,8 @@ function sourceLinks(item) {
   const box = el("div", { class: "sources" }, "sources: ");
   sources.forEach((s, i) => {
     const src = typeof s === "string" ? { chunk_id: s } : (s || {});
-    const label = src.doc ? `${src.doc}${src.position !== undefined ? " #" + src.position : ""}` : (src.chunk_id || `source ${i + 1}`);
+    const where = src.pages ? ` p. ${src.pages}` : (src.position !== undefined ? " #" + src.position : "");
+    const label = src.doc ? `${src.doc}${where}` : (src.chunk_id || `source ${i + 1}`);
     box.append(el("a", { class: "source", href: "#", onclick: () => showSource(src) }, label));
   });
   return box;
@@ -138,7 +139,7 @@ async function showEntity(name) {
         " ", el("span", { class: "score" }, `weight ${r.weight}`), el("div", { class: "desc" }, r.description)));
     }
     const sources = el("div", { class: "sources" });
-    for (const s of d.sources) sources.append(el("a", { class: "source", href: "#", onclick: () => showSource(s) }, `${s.doc} #${s.position}`));
+    for (const s of d.sources) sources.append(el("a", { class: "source", href: "#", onclick: () => showSource(s) }, `${s.doc} ${s.pages ? "p. " + s.pages : "#" + s.position}`));
     const expand = el("button", { type: "button", onclick: () => {
       addNode(e.name, e.type, 0.5);
       for (const n of d.neighbours) addNode(n.name, n.type, 0.2);

@@ -3,6 +3,11 @@
 A run materializes a whole range of partitions in one step (single-run backfill policy), so a
 thousand documents cost one run, not a thousand. A bad file never fails its neighbours: it is
 recorded as skipped, with the reason in the logs and in the metadata.
+
+Each partition's materialization carries the batch's totals and its own document's figures
+(`document_*`, added per partition key). Its data version is the asset's code version (method,
+model, prompts, chunking: see `graphrag_pipeline.code_versions`), so the partitions built under
+other settings show as stale, and the CLI finds them in one query (`stale_by_code_version`).
 """
 
 import time
@@ -10,7 +15,7 @@ import time
 import dagster as dg
 
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
-from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.metadata import add_partition_metadata, md_table, versioned
 from graphrag_pipeline.defs.partitions import documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
@@ -52,6 +57,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     store = settings.store()
     files = find_corpus_files(settings.corpus, keys)
     rows, skipped, truncated = [], [], []
+    per_document = {}
     total_chunks = total_tokens = 0
     for i, key in enumerate(keys, 1):
         doc = chunk_document(
@@ -69,10 +75,19 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             skipped.append({"document": doc.document, "reason": doc.skipped})
         elif doc.truncated:
             truncated.append({"document": doc.document, "reason": doc.truncated})
+        per_document[key] = {
+            "document": doc.document,
+            "document_status": (doc.row or {}).get("status") or doc.info.get("status") or "unreadable",
+            "document_chunks": (doc.row or {}).get("chunks", 0),
+            "document_tokens": (doc.row or {}).get("tokens", 0),
+            "document_note": doc.skipped or doc.truncated or "",
+        }
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
-    return dg.MaterializeResult(
-        metadata={
+    add_partition_metadata(context, per_document)
+    return versioned(
+        context,
+        {
             "documents": len(keys),
             "chunks": total_chunks,
             "tokens": total_tokens,
@@ -85,7 +100,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             "notices": dg.MetadataValue.json(
                 [{"document": r["document"], "note": r["reason"]} for r in skipped + truncated][:200]
             ),
-        }
+        },
     )
 
 
@@ -143,6 +158,7 @@ def doc_subgraph(
     for failure in stats.failed_chunks:
         context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
     rows = []
+    per_document = {}
     mentions = {"entity_mentions": 0, "relation_mentions": 0, "dropped_relations": 0}
     for doc in result.documents:
         sub = doc.subgraph
@@ -162,15 +178,15 @@ def doc_subgraph(
                 "failed_chunks": doc.failed_chunks,
             },
         )
-        rows.append(
-            {
-                "document": infos[doc.key].get("relpath") or doc.key,
-                "chunks": doc.chunks,
-                "failed_chunks": len(doc.failed_chunks),
-                "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
-                "relations": sub.relations.height,
-            }
-        )
+        row = {
+            "document": infos[doc.key].get("relpath") or doc.key,
+            "chunks": doc.chunks,
+            "failed_chunks": len(doc.failed_chunks),
+            "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
+            "relations": sub.relations.height,
+        }
+        rows.append(row)
+        per_document[doc.key] = _document_metadata(row, sub.entities)
     step.record(stats.llm)
     metadata = {
         "documents": len(keys),
@@ -209,4 +225,22 @@ def doc_subgraph(
             f"First error: {failures[0]['document']}: {failures[0]['error']}",
             metadata={**metadata, "failed": md_table(failures, ["document", "error"], width=200)},
         )
-    return dg.MaterializeResult(metadata=metadata)
+    add_partition_metadata(context, per_document)
+    return versioned(context, metadata)
+
+
+def _document_metadata(row: dict, entities) -> dict:
+    """One document's own figures, for its partition's materialization (numbers stay numbers, so
+    Dagster plots them per partition)."""
+    top = []
+    if entities.height:
+        top = entities.unique(subset=["key"], keep="first", maintain_order=True).select("name", "type").head(10)
+        top = top.to_dicts()
+    return {
+        "document": row["document"],
+        "document_chunks": row["chunks"],
+        "document_failed_chunks": row["failed_chunks"],
+        "document_entities": row["entities"],
+        "document_relations": row["relations"],
+        "document_preview": md_table(top, ["name", "type"], limit=10),
+    }

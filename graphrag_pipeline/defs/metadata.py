@@ -16,3 +16,26 @@ def md_table(rows: list[dict], columns: list[str], limit: int = 20, width: int =
     if not rows:
         lines.append("| " + " | ".join("" for _ in columns) + " |")
     return dg.MetadataValue.md("\n".join(lines))
+
+
+def add_partition_metadata(context: dg.AssetExecutionContext, by_partition: dict[str, dict]) -> None:
+    """Give each partition of a multi-partition step its own metadata, on top of the step's
+    (Dagster writes one materialization per partition of the range; this is what each one adds)."""
+    for key, metadata in by_partition.items():
+        context.add_asset_metadata(metadata, partition_key=key)
+
+
+def code_version(context: dg.AssetExecutionContext) -> str | None:
+    """The code version the running definition gives this asset (see graphrag_pipeline.code_versions)."""
+    return context.assets_def.code_versions_by_key.get(context.asset_key)
+
+
+def versioned(context: dg.AssetExecutionContext, metadata: dict) -> dg.MaterializeResult:
+    """The step's result, with its code version in the metadata and as its data version: every
+    partition written under the same settings has the same data version, so the partitions written
+    under other settings are found in one query of the latest data version by partition."""
+    version = code_version(context)
+    return dg.MaterializeResult(
+        metadata={**metadata, "code_version": version or "unversioned"},
+        data_version=dg.DataVersion(version) if version else None,
+    )

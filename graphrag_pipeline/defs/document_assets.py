@@ -15,15 +15,16 @@ import time
 import dagster as dg
 
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
-from graphrag_pipeline.defs.metadata import add_partition_metadata, md_table, versioned
+from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.extract.batch import extract_documents
+from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.ingest.document_chunks import chunk_document
 from graphrag_pipeline.ingest.documents import find_corpus_files
 from graphrag_pipeline.storage.files import DamagedFileError
-from graphrag_pipeline.storage.store import partition_key_problem
+from graphrag_pipeline.storage.store import CHUNK_ROWS, partition_key_problem
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -48,6 +49,9 @@ def _refuse_invalid_keys(keys: list[str]) -> None:
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="documents",
     kinds={"polars", "parquet"},
+    owners=OWNERS,
+    tags={"stage": "ingest"},
+    metadata={"dagster/column_schema": table_schema(CHUNK_ROWS)},
     description="Token windows of each document (tiktoken cl100k_base); chunk id = hash of its text.",
 )
 @stoppable
@@ -80,6 +84,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             "document_status": (doc.row or {}).get("status") or doc.info.get("status") or "unreadable",
             "document_chunks": (doc.row or {}).get("chunks", 0),
             "document_tokens": (doc.row or {}).get("tokens", 0),
+            "dagster/row_count": (doc.row or {}).get("chunks", 0),
             "document_note": doc.skipped or doc.truncated or "",
         }
         if i % 100 == 0 or i == len(keys):
@@ -112,6 +117,12 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     kinds={"polars", "parquet"},
     pool="llm",
     retry_policy=DOC_RETRY,
+    owners=OWNERS,
+    tags={"stage": "extract", "llm": "extraction"},
+    metadata={
+        "dagster/column_schema": table_schema(ENTITY_ROWS),  # the entities table; relations below
+        "relations_schema": table_schema(RELATION_ROWS),
+    },
     description="Entities and relations extracted from each document's chunks (cached per chunk hash).",
 )
 @stoppable
@@ -186,7 +197,7 @@ def doc_subgraph(
             "relations": sub.relations.height,
         }
         rows.append(row)
-        per_document[doc.key] = _document_metadata(row, sub.entities)
+        per_document[doc.key] = {**_document_metadata(row, sub.entities), "dagster/row_count": sub.entities.height}
     step.record(stats.llm)
     metadata = {
         "documents": len(keys),

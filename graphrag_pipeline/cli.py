@@ -87,6 +87,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         raise interrupts.Stop(signo)
     ok = result.success
     events = result.get_asset_materialization_events()
+    _tag_usage(instance, result.run_id, events)
     notices = [
         n
         for ev in events
@@ -131,6 +132,13 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     if passed:
         _say(f"  checks passed: {', '.join(passed)}")
     return ok, events
+
+
+def _tag_usage(instance, run_id: str, events: list) -> None:
+    """The run's LLM usage as run tags (the UI's run list shows them)."""
+    from graphrag_pipeline.defs.llm_step import tag_run_with_usage
+
+    tag_run_with_usage(instance, run_id, [ev.event_specific_data.materialization for ev in events])
 
 
 def _plain_error(message: str) -> str:

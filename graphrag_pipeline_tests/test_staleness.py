@@ -78,11 +78,16 @@ def test_a_new_model_marks_doc_subgraph_stale_and_only_refresh_re_extracts(serve
     assert len(server.requests) == before  # nothing re-extracted, no call at all
     assert len(stale_by_code_version(inst, current_defs(), docs)["doc_subgraph"]) == len(docs)
 
+    seen_runs = {r.run_id for r in inst.get_runs()}
     code, out = cli("build", "--corpus", str(corpus), "--refresh", "stale")
     assert code == 0, out
     assert f"refresh: {len(docs)} documents built under other settings are processed again" in out
     again = extraction_calls(server, before)
     assert len(again) == len(first_extractions) and {b["model"] for b in again} == {"fake-model-2"}
+    # each run is tagged with the LLM calls it paid for (the UI's run list shows them)
+    runs = [r for r in inst.get_runs() if r.tags.get("graphrag/llm_calls") is not None]
+    refresh_runs = [r for r in runs if r.run_id not in seen_runs]
+    assert sum(int(r.tags["graphrag/llm_calls"]) for r in refresh_runs) == len(server.requests) - before
     status = resolver(inst, current_defs())
     assert {status.get_status(dg.AssetKey("doc_subgraph"), k) for k in docs} == {StaleStatus.FRESH}
     code, out = cli("build", "--corpus", str(corpus))

@@ -118,3 +118,25 @@ def test_an_edited_extraction_prompt_changes_the_version_and_the_cache_key(home,
     assert code_versions()["doc_subgraph"] != version
     assert settings_fingerprint("general") != key  # a cached extraction from the old prompt is not reused
     assert settings_fingerprint("fast") == "fast-v2"
+
+
+def test_a_document_written_again_makes_what_is_built_from_it_stale(home, corpus, instance, monkeypatch):
+    """Code versions must not freeze the data versions: a document chunked again (its text may have
+    changed) gives its partition a new data version, so Dagster shows the knowledge graph built from
+    the old one as stale, as it did before assets had code versions."""
+    from graphrag_pipeline.definitions import current_defs
+    from graphrag_pipeline.ingest.corpus_sync import range_tags
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    defs = current_defs()
+    kg = dg.AssetKey("knowledge_graph")
+    assert resolver(inst, defs).get_status(kg) == StaleStatus.FRESH
+    key = sorted(inst.get_dynamic_partitions("documents"))[0]
+    monkeypatch.setenv("GRAPHRAG_CORPUS", str(corpus))
+    result = defs.resolve_job_def("documents_job").execute_in_process(instance=inst, tags=range_tags([key]))
+    assert result.success
+    status = resolver(inst, defs)
+    assert status.get_status(kg) == StaleStatus.STALE
+    assert status.get_status(dg.AssetKey("doc_subgraph"), key) == StaleStatus.FRESH  # written in the same run

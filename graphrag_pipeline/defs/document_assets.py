@@ -5,9 +5,9 @@ thousand documents cost one run, not a thousand. A bad file never fails its neig
 recorded as skipped, with the reason in the logs and in the metadata.
 
 Each partition's materialization carries the batch's totals and its own document's figures
-(`document_*`, added per partition key). Its data version is the asset's code version (method,
-model, prompts, chunking: see `graphrag_pipeline.code_versions`), so the partitions built under
-other settings show as stale, and the CLI finds them in one query (`stale_by_code_version`).
+(`document_*`, added per partition key). Its code version is made of the method, model, prompts
+and chunking (see `graphrag_pipeline.code_versions`), so the partitions built under other settings
+show as stale, and the CLI finds them in one query (`stale_by_code_version`).
 """
 
 import time

@@ -49,13 +49,17 @@ def code_version(context: dg.AssetExecutionContext) -> str | None:
 
 
 def versioned(context: dg.AssetExecutionContext, metadata: dict) -> dg.MaterializeResult:
-    """The step's result, with its code version in the metadata and as its data version: every
-    partition written under the same settings has the same data version, so the partitions written
-    under other settings are found in one query of the latest data version by partition."""
+    """The step's result, with its code version in the metadata.
+
+    Its data version is new for every run (the code version and the run id), as Dagster gives an
+    unversioned asset: a document written again with other content must still make what is built
+    from it stale in the UI (a data version made of the code version alone would stay the same for
+    a root asset such as `chunks`, whatever the text). `staleness.stale_by_code_version` reads the
+    code version back from it (`<code version>@<run id>`)."""
     version = code_version(context)
     return dg.MaterializeResult(
         metadata={**metadata, "code_version": version or "unversioned"},
-        data_version=dg.DataVersion(version) if version else None,
+        data_version=dg.DataVersion(f"{version}@{context.run_id}") if version else None,
     )
 
 

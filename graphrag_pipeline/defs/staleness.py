@@ -1,10 +1,11 @@
 """Which document partitions were built under other settings than the current definitions'.
 
-The per-document assets record their code version as their data version (see
-`metadata.versioned`), so the partitions whose latest materialization has another version are
-found with one query per asset (Dagster's latest data version by partition), not one per
-partition: the same partitions Dagster's own staleness resolver reports as stale with the cause
-"has a new code version" (tested against it), at the cost of a build's planning at 50k documents.
+The per-document assets make their data version of their code version and the run id (see
+`metadata.versioned`), so the partitions whose latest materialization has another code version
+are found with one query per asset (Dagster's latest data version by partition; Dagster's own
+`dagster/code_version` tag cannot be queried by partition), not one per partition: the same
+partitions Dagster's own staleness resolver reports as stale with the cause "has a new code
+version" (tested against it), at the cost of a build's planning at 50k documents.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def stale_by_code_version(instance: dg.DagsterInstance, defs: dg.Definitions, ke
         out[name] = sorted(
             partition
             for partition, tags in latest.items()
-            if tags.get(DATA_VERSION_TAG) != version and (wanted is None or partition in wanted)
+            if _code_version_of(tags.get(DATA_VERSION_TAG)) != version and (wanted is None or partition in wanted)
         )
     return out
 
@@ -43,3 +44,8 @@ def stale_documents(instance: dg.DagsterInstance, defs: dg.Definitions, keys=Non
     re-runs the document's whole chain (chunks then extraction)."""
     found = stale_by_code_version(instance, defs, keys)
     return sorted({k for partitions in found.values() for k in partitions})
+
+
+def _code_version_of(data_version: str | None) -> str | None:
+    """The code version part of a data version `metadata.versioned` wrote (`<code version>@<run id>`)."""
+    return data_version.rpartition("@")[0] if data_version and "@" in data_version else data_version

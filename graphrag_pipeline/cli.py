@@ -88,6 +88,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         raise interrupts.Stop(signo)
     ok = result.success
     events = result.get_asset_materialization_events()
+    _tag_usage(instance, result.run_id, events)
     notices = [
         n
         for ev in events
@@ -132,6 +133,13 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     if passed:
         _say(f"  checks passed: {', '.join(passed)}")
     return ok, events
+
+
+def _tag_usage(instance, run_id: str, events: list) -> None:
+    """The run's LLM usage as run tags (the UI's run list shows them)."""
+    from graphrag_pipeline.defs.llm_step import tag_run_with_usage
+
+    tag_run_with_usage(instance, run_id, [ev.event_specific_data.materialization for ev in events])
 
 
 def _plain_error(message: str) -> str:
@@ -220,6 +228,32 @@ def _elasticsearch_stale(paths: Paths) -> bool:
         return True
 
 
+def _code_version_stale(args: argparse.Namespace, instance, defs, plan) -> None:
+    """Documents built under other settings (their code version changed: model, prompts, chunking)
+    are never processed again by themselves: a new model or prompt means paid LLM calls. Say so
+    once, with how to refresh them; with `--refresh stale`, add them to the plan's work."""
+    from graphrag_pipeline.defs.partitions import documents_partitions
+    from graphrag_pipeline.defs.staleness import stale_by_code_version
+
+    keys = instance.get_dynamic_partitions(documents_partitions.name)
+    by_asset = stale_by_code_version(instance, defs, keys)
+    stale = sorted({k for partitions in by_asset.values() for k in partitions} - set(plan.stale))
+    if not stale:
+        return
+    assets = ", ".join(f"{name} {len(partitions)}" for name, partitions in by_asset.items() if partitions)
+    if getattr(args, "refresh", None) == "stale":
+        wanted = set(plan.stale) | set(stale)
+        plan.stale = [k for k in plan.order if k in wanted]
+        _say(f"refresh: {len(stale)} documents built under other settings are processed again ({assets})")
+        return
+    _say(
+        f"note: {len(stale)} documents were built under other settings (code version changed: {assets} "
+        "partitions; a new model, prompt or chunking); they are kept as they are. "
+        "`graphrag-pipeline build --refresh stale` processes them again (new LLM calls are paid), "
+        "or backfill the stale partitions from the Dagster UI."
+    )
+
+
 def _settings_problems() -> list[str]:
     from graphrag_pipeline.settings_check import check_settings
 
@@ -285,7 +319,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace, paths: Paths) -> int:
     import dagster as dg
 
-    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline.definitions import current_defs
     from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
     from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, documents_partitions
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
@@ -349,12 +383,14 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         return 2
     model = setting("GRAPHRAG_LLM_MODEL") if method != "fast" else None
     write_home_record(paths.home, str(corpus), method, model)
+    defs = current_defs()  # code versions of these settings and this record (method, model, prompts, chunking)
     change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
     write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     _say(
         f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
         f"{len(plan.stale)} to process"
     )
+    _code_version_stale(args, instance, defs, plan)
 
     ok = True
     batches = plan.batches(args.batch_size)
@@ -742,6 +778,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--allow-empty", action="store_true", help="let an empty corpus remove every document of a built knowledge base"
+    )
+    b.add_argument(
+        "--refresh",
+        choices=["stale"],
+        help="stale: also process the documents built under other settings (model, prompts, chunking: their "
+        "code version changed); without it they are only reported (new LLM calls are a paid decision)",
     )
     b.set_defaults(func=cmd_build)
 

@@ -3,6 +3,11 @@
 A run materializes a whole range of partitions in one step (single-run backfill policy), so a
 thousand documents cost one run, not a thousand. A bad file never fails its neighbours: it is
 recorded as skipped, with the reason in the logs and in the metadata.
+
+Each partition's materialization carries the batch's totals and its own document's figures
+(`document_*`, added per partition key). Its code version is made of the method, model, prompts
+and chunking (see `graphrag_pipeline.code_versions`), so the partitions built under other settings
+show as stale, and the CLI finds them in one query (`stale_by_code_version`).
 """
 
 import time
@@ -11,15 +16,16 @@ import dagster as dg
 
 from graphrag_pipeline import progress as progress_events
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
-from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.extract.batch import extract_documents
+from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.ingest.document_chunks import chunk_document
 from graphrag_pipeline.ingest.documents import find_corpus_files
 from graphrag_pipeline.storage.files import DamagedFileError
-from graphrag_pipeline.storage.store import partition_key_problem
+from graphrag_pipeline.storage.store import CHUNK_ROWS, partition_key_problem
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -44,6 +50,9 @@ def _refuse_invalid_keys(keys: list[str]) -> None:
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="documents",
     kinds={"polars", "parquet"},
+    owners=OWNERS,
+    tags={"stage": "ingest"},
+    metadata={"dagster/column_schema": table_schema(CHUNK_ROWS)},
     description="Token windows of each document (tiktoken cl100k_base); chunk id = hash of its text.",
 )
 @stoppable
@@ -53,6 +62,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     store = settings.store()
     files = find_corpus_files(settings.corpus, keys)
     rows, skipped, truncated = [], [], []
+    per_document = {}
     total_chunks = total_tokens = 0
     progress_events.start("chunking", len(keys), "documents", "chunking")
     for i, key in enumerate(keys, 1):
@@ -71,12 +81,22 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             skipped.append({"document": doc.document, "reason": doc.skipped})
         elif doc.truncated:
             truncated.append({"document": doc.document, "reason": doc.truncated})
+        per_document[key] = {
+            "document": doc.document,
+            "document_status": (doc.row or {}).get("status") or doc.info.get("status") or "unreadable",
+            "document_chunks": (doc.row or {}).get("chunks", 0),
+            "document_tokens": (doc.row or {}).get("tokens", 0),
+            "dagster/row_count": (doc.row or {}).get("chunks", 0),
+            "document_note": doc.skipped or doc.truncated or "",
+        }
         progress_events.advance("chunking")
         if i % 100 == 0 or i == len(keys):
             context.log.info(f"chunked {i}/{len(keys)} documents ({total_chunks} chunks so far)")
     progress_events.finish("chunking")
-    return dg.MaterializeResult(
-        metadata={
+    add_partition_metadata(context, per_document)
+    return versioned(
+        context,
+        {
             "documents": len(keys),
             "chunks": total_chunks,
             "tokens": total_tokens,
@@ -89,7 +109,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
             "notices": dg.MetadataValue.json(
                 [{"document": r["document"], "note": r["reason"]} for r in skipped + truncated][:200]
             ),
-        }
+        },
     )
 
 
@@ -101,6 +121,12 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
     kinds={"polars", "parquet"},
     pool="llm",
     retry_policy=DOC_RETRY,
+    owners=OWNERS,
+    tags={"stage": "extract", "llm": "extraction"},
+    metadata={
+        "dagster/column_schema": table_schema(ENTITY_ROWS),  # the entities table; relations below
+        "relations_schema": table_schema(RELATION_ROWS),
+    },
     description="Entities and relations extracted from each document's chunks (cached per chunk hash).",
 )
 @stoppable
@@ -147,6 +173,7 @@ def doc_subgraph(
     for failure in stats.failed_chunks:
         context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
     rows = []
+    per_document = {}
     mentions = {"entity_mentions": 0, "relation_mentions": 0, "dropped_relations": 0}
     for doc in result.documents:
         sub = doc.subgraph
@@ -166,15 +193,15 @@ def doc_subgraph(
                 "failed_chunks": doc.failed_chunks,
             },
         )
-        rows.append(
-            {
-                "document": infos[doc.key].get("relpath") or doc.key,
-                "chunks": doc.chunks,
-                "failed_chunks": len(doc.failed_chunks),
-                "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
-                "relations": sub.relations.height,
-            }
-        )
+        row = {
+            "document": infos[doc.key].get("relpath") or doc.key,
+            "chunks": doc.chunks,
+            "failed_chunks": len(doc.failed_chunks),
+            "entities": sub.entities["key"].n_unique() if sub.entities.height else 0,
+            "relations": sub.relations.height,
+        }
+        rows.append(row)
+        per_document[doc.key] = {**_document_metadata(row, sub.entities), "dagster/row_count": sub.entities.height}
     step.record(stats.llm)
     metadata = {
         "documents": len(keys),
@@ -213,4 +240,22 @@ def doc_subgraph(
             f"First error: {failures[0]['document']}: {failures[0]['error']}",
             metadata={**metadata, "failed": md_table(failures, ["document", "error"], width=200)},
         )
-    return dg.MaterializeResult(metadata=metadata)
+    add_partition_metadata(context, per_document)
+    return versioned(context, metadata)
+
+
+def _document_metadata(row: dict, entities) -> dict:
+    """One document's own figures, for its partition's materialization (numbers stay numbers, so
+    Dagster plots them per partition)."""
+    top = []
+    if entities.height:
+        top = entities.unique(subset=["key"], keep="first", maintain_order=True).select("name", "type").head(10)
+        top = top.to_dicts()
+    return {
+        "document": row["document"],
+        "document_chunks": row["chunks"],
+        "document_failed_chunks": row["failed_chunks"],
+        "document_entities": row["entities"],
+        "document_relations": row["relations"],
+        "document_preview": md_table(top, ["name", "type"], limit=10),
+    }

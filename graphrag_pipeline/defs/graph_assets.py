@@ -14,7 +14,7 @@ from graphrag_pipeline.defs import (
     document_assets,
 )  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
-from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
@@ -55,6 +55,8 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,
+    owners=OWNERS,
+    tags={"stage": "graph", "llm": "summaries"},
     description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
 )
 @stoppable
@@ -100,6 +102,7 @@ def knowledge_graph(
             "entities": nodes.height,
             "relations": edges.height,
             "dagster/row_count": nodes.height,
+            "dagster/column_schema": table_schema(nodes),
             "documents_changed": merged.documents_changed,
             "documents_removed": merged.documents_removed,
             "entities_merged_again": merged.affected_keys if not merged.full else nodes.height,
@@ -118,6 +121,8 @@ def knowledge_graph(
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,
+    owners=OWNERS,
+    tags={"stage": "graph", "llm": "resolution"},
     description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",
 )
 @stoppable
@@ -152,6 +157,8 @@ def resolved_graph(
         metadata={
             "entities": out_nodes.height,
             "relations": relations,
+            "dagster/row_count": out_nodes.height,
+            "dagster/column_schema": table_schema(out_nodes),
             "new_entities": len(plan.changed),
             "candidate_pairs": plan.candidates,
             "merged_pairs": len(mapping),
@@ -173,6 +180,8 @@ class CommunitiesConfig(dg.Config):
     group_name="graph",
     kinds={"polars"},
     automation_condition=EAGER,
+    owners=OWNERS,
+    tags={"stage": "graph"},
     description="Hierarchical Leiden communities (all levels), kept stable across builds: only the changed "
     "frontier of the graph moves; one `communities` partition per reportable community.",
 )
@@ -235,6 +244,7 @@ def communities(
         metadata={
             "communities": df.height,
             "dagster/row_count": df.height,
+            "dagster/column_schema": table_schema(df),
             "reportable": len(wanted),
             "communities_changed": m.get("communities_changed", 0),
             "communities_kept": m.get("communities_kept", 0),
@@ -273,6 +283,8 @@ def communities(
     pool="llm",
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
     automation_condition=dg.AutomationCondition.on_missing() & ~dg.AutomationCondition.any_deps_in_progress(),
+    owners=OWNERS,
+    tags={"stage": "reports", "llm": "reports"},
     description="One report per community, regenerated only when the community's content (fingerprint) changes.",
 )
 @stoppable
@@ -289,8 +301,10 @@ def community_reports(
         {"community": k, "title": r.title, "rating": r.rating, "size": result.sizes[k], "extractive": r.extractive}
         for k, r in result.written.items()
     ]
-    return dg.MaterializeResult(
-        metadata={
+    add_partition_metadata(context, _report_partition_metadata(settings.store(), result))
+    return versioned(
+        context,
+        {
             "reports": len(result.written),
             "reused": len(result.reused),
             "superseded": len(result.superseded),
@@ -298,5 +312,29 @@ def community_reports(
             "fallbacks": len(result.fallbacks),
             **llm_metadata(usage),
             "preview": md_table(rows, ["community", "title", "rating", "size", "extractive"]),
-        }
+        },
     )
+
+
+def _report_partition_metadata(store, result) -> dict[str, dict]:
+    """What each community partition's materialization says about its own community: the report's
+    title, level, size (members), rating, who wrote it and its summary; `report_status` says
+    whether it was written now, kept from an earlier run, or no longer names a community."""
+    out = {}
+    reports = [(k, r, "written", result.sizes.get(k)) for k, r in result.written.items()]
+    reports += [(k, store.read_report(k), "kept", None) for k in result.reused]
+    for key, report, status, size in reports:
+        if report is None:
+            continue
+        out[key] = {
+            "report_status": status,
+            "title": report.title,
+            "level": report.level,
+            "size": size if size is not None else len(report.entities),
+            "rating": dg.MetadataValue.float(float(report.rating)),
+            "generator": report.generator or ("extractive" if report.extractive else "llm"),
+            "summary": dg.MetadataValue.md(report.summary[:600] + ("\u2026" if len(report.summary) > 600 else "")),
+        }
+    for key in result.superseded:
+        out[key] = {"report_status": "superseded", "title": "(no longer a community: superseded by a newer build)"}
+    return out

@@ -9,7 +9,7 @@ import polars as pl
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import document_assets, graph_assets
 from graphrag_pipeline.defs.graph_assets import EAGER
-from graphrag_pipeline.defs.metadata import md_table
+from graphrag_pipeline.defs.metadata import OWNERS, md_table
 from graphrag_pipeline.defs.partitions import document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
@@ -66,6 +66,8 @@ def _incomplete(message: str, verdict) -> dg.Failure:
     ],
     group_name="index",
     kinds={"duckdb"},
+    owners=OWNERS,
+    tags={"stage": "index"},
     automation_condition=PUBLISH_WHEN_SETTLED,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
     description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool. "
@@ -147,6 +149,8 @@ def search_index(
     deps=[search_index],
     group_name="index",
     kinds={"elasticsearch"},
+    owners=OWNERS,
+    tags={"stage": "index"},
     automation_condition=EAGER,
     retry_policy=dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
     description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): follows the DuckDB index's "

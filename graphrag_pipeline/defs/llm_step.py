@@ -29,3 +29,33 @@ def llm_metadata(usage: LLMUsage) -> dict:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
     }
+
+
+USAGE_KEYS = ("llm_calls", "llm_cache_hits", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+def run_llm_summary(materializations) -> dict[str, float]:
+    """A run's LLM usage: the sum over its steps of what `llm_metadata` put in their metadata.
+    Each step's totals are repeated on every partition it wrote, so each asset counts once."""
+    seen, total = set(), {}
+    for mat in materializations:
+        if mat.asset_key in seen:
+            continue
+        seen.add(mat.asset_key)
+        for key in USAGE_KEYS:
+            if key in mat.metadata:
+                total[key] = total.get(key, 0) + mat.metadata[key].value
+    return total
+
+
+def tag_run_with_usage(instance, run_id: str, materializations) -> dict[str, str]:
+    """Tag a finished run with its LLM usage (`graphrag/llm_calls`, `graphrag/prompt_tokens`, ...),
+    so the UI's run list shows what each run paid for; a run none of whose steps reports LLM usage
+    (publishing the index) gets none. Tags, not an asset: the usage belongs to the run, and the
+    runs table shows and filters tags."""
+    summary = run_llm_summary(materializations)
+    if not summary:
+        return {}
+    tags = {f"graphrag/{k}": (f"{v:.4f}" if isinstance(v, float) else str(v)) for k, v in summary.items()}
+    instance.add_run_tags(run_id, tags)
+    return tags

@@ -1,6 +1,6 @@
 """Extraction of many chunks with the configured method, cached per chunk hash.
 
-The cache key is (extractor version, LLM model and prompt settings, chunk id); the chunk id is
+The cache key is (extractor version, LLM model, prompt texts and settings, chunk id); the chunk id is
 the hash of the chunk's text, so an unchanged chunk is never extracted twice, whichever document
 it belongs to. LLM chunks run concurrently (the client bounds in-flight calls); results are
 cached as they arrive, so an interrupted run keeps what it already paid for.
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from graphrag_pipeline import progress as progress_events
 from graphrag_pipeline.extract.records import Extraction
 from graphrag_pipeline.extract.subgraph import DocSubgraph, build_doc_subgraph
+from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.usage import LLMUsage
 
@@ -59,6 +60,8 @@ def settings_fingerprint(method: str, llm=None, settings=None) -> str:
         "v": EXTRACTOR_VERSIONS[method],
         "model": getattr(llm, "model", ""),
         "settings": settings.__dict__ if settings is not None else {},
+        # an edited prompt makes the cached extractions wrong (the LLM's own cache keys hold the texts too)
+        "prompts": prompts.extraction_digest(method),
     }
     return (
         EXTRACTOR_VERSIONS[method] + "-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]

@@ -221,3 +221,25 @@ Points
 Question: {question}
 Answer:
 """
+
+
+# -- which texts each step sends: their hash is part of cache keys and code versions -------------
+EXTRACTION_TEXTS = {
+    "light": ("LIGHT_EXTRACTION", "LIGHT_CONTINUE", "LIGHT_IF_LOOP"),
+    "general": ("GENERAL_EXTRACTION", "GENERAL_CONTINUE", "GENERAL_LOOP"),
+}
+FORMAT_TEXTS = ("TUPLE_DELIMITER", "RECORD_DELIMITER", "COMPLETION_DELIMITER")
+
+
+def texts_digest(names) -> str:
+    """A short hash of the named texts of this module: a changed prompt gives another hash."""
+    import hashlib
+    import json
+
+    texts = {name: globals()[name] for name in names}
+    return hashlib.sha256(json.dumps(texts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:10]
+
+
+def extraction_digest(method: str) -> str:
+    """The hash of the texts an extraction method sends (`fast` sends none: "")."""
+    return texts_digest(EXTRACTION_TEXTS[method] + FORMAT_TEXTS) if method in EXTRACTION_TEXTS else ""

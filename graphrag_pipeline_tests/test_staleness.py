@@ -1,0 +1,142 @@
+"""Staleness by code version: the extraction settings (method, model, prompts, chunking) are the
+code version of the per-document assets, so Dagster marks the partitions built under other
+settings as stale; a build only reports them (a new model is a paid decision) and
+`build --refresh stale` processes exactly them."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.data_version import StaleCauseCategory, StaleStatus
+
+from graphrag_pipeline.code_versions import code_versions
+from graphrag_pipeline_tests.conftest import cli
+from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
+from graphrag_pipeline_tests.llm_server import ScriptedLLMServer
+
+
+@pytest.fixture
+def server(monkeypatch, home, corpus):
+    with ScriptedLLMServer(FakeLLM()) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        monkeypatch.setenv("GRAPHRAG_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("GRAPHRAG_LLM_TIMEOUT", "5")
+        yield srv
+
+
+def resolver(instance, defs):
+    """Dagster's own staleness resolver (what the UI shows), over the definitions' asset graph."""
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver
+    from dagster._time import get_current_datetime
+
+    graph = defs.resolve_asset_graph()
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=graph,
+    )
+    return CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
+
+
+def extraction_calls(srv, start: int = 0) -> list[dict]:
+    return [b for b in srv.requests[start:] if classify(b["messages"]).endswith("_extract")]
+
+
+def test_a_new_model_marks_doc_subgraph_stale_and_only_refresh_re_extracts(server, corpus, instance, monkeypatch):
+    from graphrag_pipeline.definitions import current_defs
+    from graphrag_pipeline.defs.staleness import stale_by_code_version
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    inst = instance()
+    docs = inst.get_dynamic_partitions("documents")
+    defs = current_defs()
+    status = resolver(inst, defs)
+    assert {status.get_status(dg.AssetKey("doc_subgraph"), k) for k in docs} == {StaleStatus.FRESH}
+    assert stale_by_code_version(inst, defs, docs) == {"chunks": [], "doc_subgraph": []}
+    first_extractions = extraction_calls(server)
+    assert first_extractions and {b["model"] for b in first_extractions} == {"fake-model"}
+
+    monkeypatch.setenv("GRAPHRAG_LLM_MODEL", "fake-model-2")
+    defs = current_defs()  # definitions loaded again under the new settings (as a reload of the UI does)
+    status = resolver(inst, defs)
+    for key in docs:
+        assert status.get_status(dg.AssetKey("doc_subgraph"), key) == StaleStatus.STALE
+        causes = status.get_stale_root_causes(dg.AssetKey("doc_subgraph"), key)
+        assert [(c.category, c.reason) for c in causes] == [(StaleCauseCategory.CODE, "has a new code version")]
+        assert status.get_status(dg.AssetKey("chunks"), key) == StaleStatus.FRESH  # chunking did not change
+    # the CLI's one-query view agrees with Dagster's resolver
+    assert stale_by_code_version(inst, defs, docs) == {"chunks": [], "doc_subgraph": sorted(docs)}
+
+    before = len(server.requests)
+    code, out = cli("build", "--corpus", str(corpus))
+    assert code == 0, out
+    assert f"note: {len(docs)} documents were built under other settings" in out
+    assert "--refresh stale" in out and out.count("note: ") == 1
+    assert len(server.requests) == before  # nothing re-extracted, no call at all
+    assert len(stale_by_code_version(inst, current_defs(), docs)["doc_subgraph"]) == len(docs)
+
+    seen_runs = {r.run_id for r in inst.get_runs()}
+    code, out = cli("build", "--corpus", str(corpus), "--refresh", "stale")
+    assert code == 0, out
+    assert f"refresh: {len(docs)} documents built under other settings are processed again" in out
+    again = extraction_calls(server, before)
+    assert len(again) == len(first_extractions) and {b["model"] for b in again} == {"fake-model-2"}
+    # each run is tagged with the LLM calls it paid for (the UI's run list shows them)
+    runs = [r for r in inst.get_runs() if r.tags.get("graphrag/llm_calls") is not None]
+    refresh_runs = [r for r in runs if r.run_id not in seen_runs]
+    assert sum(int(r.tags["graphrag/llm_calls"]) for r in refresh_runs) == len(server.requests) - before
+    status = resolver(inst, current_defs())
+    assert {status.get_status(dg.AssetKey("doc_subgraph"), k) for k in docs} == {StaleStatus.FRESH}
+    code, out = cli("build", "--corpus", str(corpus))
+    assert code == 0 and "everything is up to date" in out and "note: " not in out
+
+
+def test_fast_does_not_depend_on_the_model_but_chunking_does(home, monkeypatch):
+    monkeypatch.setenv("GRAPHRAG_METHOD", "fast")
+    fast = code_versions()
+    monkeypatch.setenv("GRAPHRAG_LLM_MODEL", "another-model")
+    assert code_versions() == fast
+    monkeypatch.setenv("GRAPHRAG_METHOD", "light")
+    light = code_versions()
+    monkeypatch.setenv("GRAPHRAG_LLM_MODEL", "a-third-model")
+    changed = {k for k, v in code_versions().items() if v != light[k]}
+    assert changed == {"doc_subgraph", "knowledge_graph", "resolved_graph", "community_reports"}
+    monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "500")
+    assert code_versions()["chunks"] != light["chunks"]
+
+
+def test_an_edited_extraction_prompt_changes_the_version_and_the_cache_key(home, monkeypatch):
+    from graphrag_pipeline.extract.batch import settings_fingerprint
+    from graphrag_pipeline.llm import prompts
+
+    monkeypatch.setenv("GRAPHRAG_METHOD", "general")
+    version, key = code_versions()["doc_subgraph"], settings_fingerprint("general")
+    monkeypatch.setattr(prompts, "GENERAL_EXTRACTION", prompts.GENERAL_EXTRACTION + "\nBe brief.")
+    assert code_versions()["doc_subgraph"] != version
+    assert settings_fingerprint("general") != key  # a cached extraction from the old prompt is not reused
+    assert settings_fingerprint("fast") == "fast-v2"
+
+
+def test_a_document_written_again_makes_what_is_built_from_it_stale(home, corpus, instance, monkeypatch):
+    """Code versions must not freeze the data versions: a document chunked again (its text may have
+    changed) gives its partition a new data version, so Dagster shows the knowledge graph built from
+    the old one as stale, as it did before assets had code versions."""
+    from graphrag_pipeline.definitions import current_defs
+    from graphrag_pipeline.ingest.corpus_sync import range_tags
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    defs = current_defs()
+    kg = dg.AssetKey("knowledge_graph")
+    assert resolver(inst, defs).get_status(kg) == StaleStatus.FRESH
+    key = sorted(inst.get_dynamic_partitions("documents"))[0]
+    monkeypatch.setenv("GRAPHRAG_CORPUS", str(corpus))
+    result = defs.resolve_job_def("documents_job").execute_in_process(instance=inst, tags=range_tags([key]))
+    assert result.success
+    status = resolver(inst, defs)
+    assert status.get_status(kg) == StaleStatus.STALE
+    assert status.get_status(dg.AssetKey("doc_subgraph"), key) == StaleStatus.FRESH  # written in the same run

@@ -409,7 +409,9 @@ def test_chunk_table_follows_changed_documents_only(tmp_path):
     store = Store(Paths(tmp_path))
 
     def write(doc: str, n: int, tag: str = "") -> None:
-        rows = [(f"{doc}-{i}{tag}", doc, f"{doc}.txt", i, f"text {i} of {doc}{tag}", 5, None, None, None) for i in range(n)]
+        rows = [
+            (f"{doc}-{i}{tag}", doc, f"{doc}.txt", i, f"text {i} of {doc}{tag}", 5, None, None, None) for i in range(n)
+        ]
         store.write_chunks(doc, pl.DataFrame(rows, schema=CHUNK_ROWS, orient="row"), {})
 
     docs = [f"d{i:03d}" for i in range(60)]

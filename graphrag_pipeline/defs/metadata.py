@@ -59,7 +59,7 @@ def versioned(context: dg.AssetExecutionContext, metadata: dict) -> dg.Materiali
     version = code_version(context)
     return dg.MaterializeResult(
         metadata={**metadata, "code_version": version or "unversioned"},
-        data_version=dg.DataVersion(f"{version}@{context.run_id}") if version else None,
+        data_version=dg.DataVersion(f"{version}@{context.run.run_id}") if version else None,
     )
 
 

@@ -530,9 +530,7 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
         return ""
     pricing = configured_pricing()
     if limit is not None and pricing.price is None:
-        return (
-            f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
-        )
+        return f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
     if plan.stale:
         estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files)
         args.estimate_base = estimate.base

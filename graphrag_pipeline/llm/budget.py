@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from graphrag_pipeline.llm.pricing import Price
 
-WORST_COMPLETION_TOKENS = 4096  # completion tokens assumed for a call that sets no max_tokens
+WORST_COMPLETION_TOKENS = 16384  # a call without max_tokens: the longest answer of current chat models (gpt-4o-mini)
 
 
 @dataclass

@@ -60,6 +60,9 @@ class ExtractionBase:
     to_extract: int = 0
     chunk_tokens: int = 0  # tokens of the text of the chunks to extract
     first_prompt_tokens: int = 0  # tokens of their extraction prompts
+    # entities and relations the offline `fast` extractor finds in them: how much there is to find,
+    # which drives answer lengths, gleaning prompts (they carry the answers) and the graph's size
+    offline_records: int = 0
 
 
 @dataclass
@@ -144,6 +147,7 @@ def extraction_base(chunks: list[tuple[str, str]], method: str, xsettings, model
     """``chunks``: (chunk_id, text) of the documents to process. Caches may be None (nothing cached)."""
     from graphrag_pipeline.extract.batch import settings_fingerprint
     from graphrag_pipeline.extract.llm import extraction_prompt
+    from graphrag_pipeline.extract.offline import extract_fast
     from graphrag_pipeline.ingest.tokens import count_tokens
     from graphrag_pipeline.llm.client import chat_cache_key
 
@@ -165,6 +169,8 @@ def extraction_base(chunks: list[tuple[str, str]], method: str, xsettings, model
         base.to_extract += 1
         base.chunk_tokens += count_tokens(text)
         base.first_prompt_tokens += count_tokens(prompt)
+        found = extract_fast(text, cid)
+        base.offline_records += len(found.entities) + len(found.relations)
     return base
 
 
@@ -194,6 +200,7 @@ def profile_entry(base: ExtractionBase, steps: dict[str, LLMUsage]) -> dict | No
         "to_extract": base.to_extract,
         "chunk_tokens": base.chunk_tokens,
         "first_prompt_tokens": base.first_prompt_tokens,
+        "offline_records": base.offline_records,
         "steps": {
             k: {"calls": u.calls, "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens}
             for k, u in steps.items()
@@ -228,17 +235,24 @@ def estimate_phases(
     ]
     phases: list[Phase] = []
     if profile is not None:
-        scale = first / profile["first_prompt_tokens"]  # this build's first-pass prompts against the profile's
+        # what the model answers scales with what there is to find (the offline extractor's count),
+        # else with the first-pass prompts
+        scale = (
+            base.offline_records / profile["offline_records"]
+            if profile.get("offline_records")
+            else first / profile["first_prompt_tokens"]
+        )
         per = profile["steps"]
         doc = per.get("doc_subgraph", {})
+        follow_ups = max(0, doc.get("prompt_tokens", 0) - profile["first_prompt_tokens"])  # the gleaning prompts
         phases.append(
             Phase(
                 "doc_subgraph",
                 calls,
                 hits,
-                doc.get("prompt_tokens", 0) * scale,
+                first + follow_ups * scale,
                 doc.get("completion_tokens", 0) * scale,
-                "exact calls; tokens from previous build",
+                "exact calls and first prompts; the rest from previous build",
             )
         )
         for step, used in (
@@ -258,8 +272,9 @@ def estimate_phases(
                 )
             )
         assumptions.append(
-            f"answer lengths, summaries, resolution and reports scale as in this home's previous {method} build "
-            f"({profile['to_extract']} chunks extracted; scaled by first-pass prompt tokens, x{scale:.2f})"
+            f"answer lengths, gleaning prompts, summaries, resolution and reports scale as in this home's previous "
+            f"{method} build ({profile['to_extract']} chunks extracted), in proportion to the entities and "
+            f"relations the offline extractor finds in the chunks (x{scale:.2f})"
         )
         return phases, assumptions
     answer = DEFAULT_ANSWER_RATIO * base.chunk_tokens  # all first answers

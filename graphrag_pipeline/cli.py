@@ -62,6 +62,10 @@ class BudgetExceeded(Exception):
     """The next LLM call could pass GRAPHRAG_MAX_COST_USD: the build stops there."""
 
 
+# the estimate made when this build started, as tags of each of its runs (the UI shows them)
+_ESTIMATE_TAGS: dict[str, str] = {}
+
+
 def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
     """Run a job in this process; False when any step or any asset check failed. A stop asked for
     during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
@@ -75,7 +79,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         run_config["ops"] = ops
     result = job.execute_in_process(
         instance=instance,
-        tags={**(tags or {}), **cli_run_tags()},
+        tags={**(tags or {}), **cli_run_tags(), **_ESTIMATE_TAGS},
         raise_on_error=False,
         run_config=run_config,
     )
@@ -525,7 +529,8 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
 
     limit = setting("GRAPHRAG_MAX_COST_USD")
     budget.start_build(limit)
-    args.estimate_base = None
+    args.cost_estimate = None
+    _ESTIMATE_TAGS.clear()
     if method == "fast":
         return ""
     pricing = configured_pricing()
@@ -533,14 +538,17 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
         return f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
     if plan.stale:
         estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files)
-        args.estimate_base = estimate.base
+        args.cost_estimate = estimate
         total = estimate.total()
         cost = estimate.cost_usd
+        _ESTIMATE_TAGS["graphrag/estimated_llm_calls"] = str(total.calls)
+        if cost is not None:
+            _ESTIMATE_TAGS["graphrag/estimated_cost_usd"] = f"{cost:.6f}"
         _say(
             f"estimate: {total.calls} LLM calls, {total.prompt_tokens} prompt tokens, "
             + ("cost unknown" if cost is None else f"about ${cost:.4f}")
             + (f" (budget ${limit:g})" if limit is not None else "")
-            + " - `build --estimate` shows how"
+            + f" (dry run {estimate.seconds:.1f}s) - `build --estimate` shows how"
         )
     return ""
 
@@ -562,8 +570,8 @@ def _build_cost(args, paths: Paths) -> str:
     total = LLMUsage()
     for u in steps.values():
         total.add(u)
-    base = getattr(args, "estimate_base", None)
-    entry = profile_entry(base, steps) if base is not None else None
+    estimate = getattr(args, "cost_estimate", None)
+    entry = profile_entry(estimate, steps) if estimate is not None else None
     if entry is not None:
         from graphrag_pipeline.settings import setting
 

@@ -4,14 +4,15 @@ Known exactly, from the corpus and the home (nothing is called, nothing is writt
 - the documents the build would process (the same plan the build makes, ``plan_sync``);
 - their chunks (chunking is offline and cheap) and which of them the extraction cache or the answer
   cache already holds (those cost nothing);
-- each remaining chunk's extraction prompt, token for token, and the number of gleaning rounds and
-  loop checks of the method (every round is assumed to run: an upper bound when the model may stop early).
+- each remaining chunk's extraction prompt, token for token.
 
-Not known before the model answers: how long the answers are (and so the gleaning prompts, which
-carry the first answer), how many descriptions need a summary, how many resolution questions and
-communities there will be. These come from the previous build of this home that extracted with the
-same method (its measured ratios to its own first-pass prompts, kept in ``state/cost-profile.json``),
-else from the defaults below, which are stated in the output.
+What depends on the model's answers (gleaning prompts carry the first answer; how many descriptions
+need a summary, how many resolution questions and reports there are, how large each report prompt
+is) comes from a dry run of the build's own steps against a stand-in model answering from the
+offline `fast` extractor (llm/dry_run.py). A real model finds other entities than the offline
+extractor: each step's dry-run counts are scaled by what this home's previous build with the same
+method used against its own dry run (``state/cost-profile.json``); without one they are taken as
+they are, and the output says so.
 """
 
 from __future__ import annotations
@@ -24,14 +25,9 @@ from graphrag_pipeline.llm.pricing import Pricing
 from graphrag_pipeline.llm.usage import LLMUsage
 
 PROFILE_FILE = "cost-profile.json"
-# defaults for a home without a previous build of its method (per extracted chunk / per first-pass prompt token)
-DEFAULT_ANSWER_RATIO = 0.5  # an extraction answer's completion tokens per token of chunk text
-DEFAULT_GLEAN_ANSWER_TOKENS = 150  # completion tokens of a gleaning answer
-DEFAULT_REPORTS_PER_CHUNK = 1.0  # community reports per extracted chunk
-DEFAULT_REPORT_PROMPT_TOKENS = 1500  # prompt tokens of one report prompt
+# completion tokens when no previous build of the method measured them (the stand-in's answers are short)
+DEFAULT_SUMMARY_ANSWER_TOKENS = 200
 DEFAULT_REPORT_ANSWER_TOKENS = 400
-DEFAULT_RESOLUTION_PER_CHUNK = 0.1  # resolution prompts (100 questions each) per extracted chunk
-DEFAULT_RESOLUTION_PROMPT_TOKENS = 2500
 STEPS = ("doc_subgraph", "knowledge_graph", "resolved_graph", "community_reports")
 STEP_LABELS = {
     "doc_subgraph": "extraction (+ gleaning)",
@@ -60,9 +56,7 @@ class ExtractionBase:
     to_extract: int = 0
     chunk_tokens: int = 0  # tokens of the text of the chunks to extract
     first_prompt_tokens: int = 0  # tokens of their extraction prompts
-    # entities and relations the offline `fast` extractor finds in them: how much there is to find,
-    # which drives answer lengths, gleaning prompts (they carry the answers) and the graph's size
-    offline_records: int = 0
+    cached_ids: set[str] = field(default_factory=set, repr=False)
 
 
 @dataclass
@@ -74,6 +68,8 @@ class CostEstimate:
     phases: list[Phase]
     pricing: Pricing | None
     assumptions: list[str] = field(default_factory=list)
+    dry_run: dict[str, dict] = field(default_factory=dict)  # the dry run's counts per step, before scaling
+    seconds: float = 0.0  # how long the estimate took
 
     def total(self) -> LLMUsage:
         u = LLMUsage()
@@ -117,6 +113,8 @@ class CostEstimate:
                 for p in self.phases
             ],
             "assumptions": self.assumptions,
+            "dry_run": self.dry_run,
+            "seconds": round(self.seconds, 2),
         }
 
     def lines(self) -> list[str]:
@@ -147,7 +145,6 @@ def extraction_base(chunks: list[tuple[str, str]], method: str, xsettings, model
     """``chunks``: (chunk_id, text) of the documents to process. Caches may be None (nothing cached)."""
     from graphrag_pipeline.extract.batch import settings_fingerprint
     from graphrag_pipeline.extract.llm import extraction_prompt
-    from graphrag_pipeline.extract.offline import extract_fast
     from graphrag_pipeline.ingest.tokens import count_tokens
     from graphrag_pipeline.llm.client import chat_cache_key
 
@@ -157,20 +154,19 @@ def extraction_base(chunks: list[tuple[str, str]], method: str, xsettings, model
     held = ext_cache.get_many(f"{prefix}:{cid}" for cid in unique) if ext_cache is not None else {}
     for cid, text in unique.items():
         if held.get(f"{prefix}:{cid}") is not None:
-            base.cached += 1
+            base.cached_ids.add(cid)
             continue
         prompt = extraction_prompt(text, xsettings)
         if llm_cache is not None:
             key = chat_cache_key(model, [{"role": "user", "content": prompt}], 0.0, None, None, None)
             hit = llm_cache.get(key)
             if isinstance(hit, dict) and hit.get("text"):  # answered before: the calls are served from the cache
-                base.cached += 1
+                base.cached_ids.add(cid)
                 continue
         base.to_extract += 1
         base.chunk_tokens += count_tokens(text)
         base.first_prompt_tokens += count_tokens(prompt)
-        found = extract_fast(text, cid)
-        base.offline_records += len(found.entities) + len(found.relations)
+    base.cached = len(base.cached_ids)
     return base
 
 
@@ -187,146 +183,90 @@ def read_profile(state_dir: Path, method: str) -> dict | None:
     except (OSError, ValueError):
         return None
     profile = data.get(method) if isinstance(data, dict) else None
-    if not isinstance(profile, dict) or not profile.get("to_extract") or not profile.get("first_prompt_tokens"):
+    if not isinstance(profile, dict) or not isinstance(profile.get("dry_run"), dict) or not profile.get("steps"):
         return None
     return profile
 
 
-def profile_entry(base: ExtractionBase, steps: dict[str, LLMUsage]) -> dict | None:
-    """What a finished build measured, to estimate the next one: its exact base and each step's usage."""
-    if not base.to_extract or not steps.get("doc_subgraph") or not steps["doc_subgraph"].calls:
+def profile_entry(estimate: CostEstimate, steps: dict[str, LLMUsage]) -> dict | None:
+    """What a finished build measured against its own dry run, to scale the next estimate: each
+    step's usage and what the dry run predicted for it."""
+    if not estimate.base.to_extract or not steps.get("doc_subgraph") or not steps["doc_subgraph"].calls:
         return None
     return {
-        "to_extract": base.to_extract,
-        "chunk_tokens": base.chunk_tokens,
-        "first_prompt_tokens": base.first_prompt_tokens,
-        "offline_records": base.offline_records,
-        "steps": {
-            k: {"calls": u.calls, "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens}
-            for k, u in steps.items()
-            if k in STEPS
-        },
+        "to_extract": estimate.base.to_extract,
+        "dry_run": estimate.dry_run,
+        "steps": {k: _usage_dict(u) for k, u in steps.items() if k in STEPS},
     }
 
 
-def _rounds(method: str, gleanings: int) -> tuple[int, int]:
-    """(gleaning rounds, loop checks) per chunk when every round runs."""
-    return gleanings, max(0, gleanings - 1)
+def _usage_dict(u: LLMUsage) -> dict:
+    return {"calls": u.calls, "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens}
+
+
+QUANTITIES = ("calls", "prompt_tokens", "completion_tokens")
+
+
+def _ratios(profile: dict | None, step: str) -> dict[str, float] | None:
+    """Actual / dry-run of each quantity of ``step`` in the previous build (None: not measured)."""
+    if profile is None:
+        return None
+    actual, predicted = profile["steps"].get(step), profile["dry_run"].get(step)
+    if not actual or not predicted or not predicted.get("calls"):
+        return None
+    return {q: actual.get(q, 0) / predicted[q] if predicted.get(q) else 1.0 for q in QUANTITIES}
 
 
 def estimate_phases(
-    base: ExtractionBase,
-    method: str,
-    gleanings: int,
-    continue_tokens: int,
-    loop_tokens: int,
-    profile: dict | None,
-    use_resolution: bool,
-    use_reports: bool,
+    base: ExtractionBase, dry: dict[str, dict], method: str, gleanings: int, profile: dict | None
 ) -> tuple[list[Phase], list[str]]:
-    """The calls and tokens of each LLM step, from the exact base and a profile (or the defaults)."""
-    n, first = base.to_extract, base.first_prompt_tokens
-    rounds, loops = _rounds(method, gleanings)
-    calls = n * (1 + rounds + loops)
-    hits = base.cached * (1 + rounds + loops)
+    """The calls and tokens of each LLM step: the dry run's counts, scaled by the previous build's
+    measured ratios when there is one (else completion tokens of summaries and reports by default)."""
+    rounds, loops = gleanings, max(0, gleanings - 1)
     assumptions = [
-        f"{rounds} gleaning round(s) and {loops} loop check(s) per chunk (GRAPHRAG_MAX_GLEANINGS / the method's "
-        "default), every round running",
+        f"extraction with {rounds} gleaning round(s) and {loops} loop check(s) per chunk (GRAPHRAG_MAX_GLEANINGS / "
+        "the method's default), every round running",
+        "the graph is the one the offline `fast` extractor finds in the corpus, merged, summarised, resolved "
+        "(by the offline rule) and clustered by the build's own code: it gives the summaries, resolution "
+        "questions and reports to write, and each prompt's size",
     ]
     phases: list[Phase] = []
-    if profile is not None:
-        # what the model answers scales with what there is to find (the offline extractor's count),
-        # else with the first-pass prompts
-        scale = (
-            base.offline_records / profile["offline_records"]
-            if profile.get("offline_records")
-            else first / profile["first_prompt_tokens"]
-        )
-        per = profile["steps"]
-        doc = per.get("doc_subgraph", {})
-        follow_ups = max(0, doc.get("prompt_tokens", 0) - profile["first_prompt_tokens"])  # the gleaning prompts
-        phases.append(
-            Phase(
-                "doc_subgraph",
-                calls,
-                hits,
-                first + follow_ups * scale,
-                doc.get("completion_tokens", 0) * scale,
-                "exact calls and first prompts; the rest from previous build",
+    scaled = []
+    for step in STEPS:
+        d = dry.get(step, {})
+        ratio = _ratios(profile, step)
+        calls, prompt, completion = (float(d.get(q, 0)) for q in QUANTITIES)
+        hits = float(d.get("cache_hits", 0)) + (base.cached * (1 + rounds + loops) if step == "doc_subgraph" else 0)
+        if ratio is not None:
+            calls, prompt, completion = (
+                calls * ratio["calls"],
+                prompt * ratio["prompt_tokens"],
+                completion * ratio["completion_tokens"],
             )
-        )
-        for step, used in (
-            ("knowledge_graph", True),
-            ("resolved_graph", use_resolution),
-            ("community_reports", use_reports),
-        ):
-            u = per.get(step, {}) if used else {}
-            phases.append(
-                Phase(
-                    step,
-                    u.get("calls", 0) * scale,
-                    0,
-                    u.get("prompt_tokens", 0) * scale,
-                    u.get("completion_tokens", 0) * scale,
-                    "previous build",
-                )
-            )
+            scaled.append(f"{STEP_LABELS[step]} x{ratio['calls']:.2f} calls, x{ratio['prompt_tokens']:.2f} prompt")
+            basis = "dry run x previous build"
+        else:
+            basis = "dry run"
+            if step == "knowledge_graph":
+                completion = calls * DEFAULT_SUMMARY_ANSWER_TOKENS
+            elif step == "community_reports":
+                completion = calls * DEFAULT_REPORT_ANSWER_TOKENS
+        if step == "doc_subgraph" and ratio is None:
+            basis = "exact calls and first prompts; answers by dry run"
+        phases.append(Phase(step, calls, hits, prompt, completion, basis))
+    if scaled:
         assumptions.append(
-            f"answer lengths, gleaning prompts, summaries, resolution and reports scale as in this home's previous "
-            f"{method} build ({profile['to_extract']} chunks extracted), in proportion to the entities and "
-            f"relations the offline extractor finds in the chunks (x{scale:.2f})"
+            f"a real model finds other entities and writes other answers than the offline extractor: each step is "
+            f"scaled by what this home's previous {method} build used against its own dry run ("
+            + "; ".join(scaled)
+            + ")"
         )
-        return phases, assumptions
-    answer = DEFAULT_ANSWER_RATIO * base.chunk_tokens  # all first answers
-    glean_prompt = 0.0
-    history = first + answer  # the conversation each gleaning round carries, summed over the chunks
-    for r in range(rounds):
-        glean_prompt += history + n * continue_tokens
-        history += n * (continue_tokens + DEFAULT_GLEAN_ANSWER_TOKENS)
-        if r < loops:
-            glean_prompt += history + n * loop_tokens
-    completion = answer + n * rounds * DEFAULT_GLEAN_ANSWER_TOKENS + n * loops
-    phases.append(
-        Phase(
-            "doc_subgraph",
-            calls,
-            hits,
-            first + glean_prompt,
-            completion,
-            "exact calls and first prompts; answers by default",
+    else:
+        assumptions.append(
+            f"no previous {method} build of this home to measure the model against: the model is assumed to find "
+            f"what the offline extractor finds; summaries of ~{DEFAULT_SUMMARY_ANSWER_TOKENS} and reports of "
+            f"~{DEFAULT_REPORT_ANSWER_TOKENS} completion tokens"
         )
-    )
-    phases.append(Phase("knowledge_graph", 0, 0, 0, 0, "default"))
-    res = DEFAULT_RESOLUTION_PER_CHUNK * n if use_resolution else 0
-    phases.append(
-        Phase(
-            "resolved_graph",
-            res,
-            0,
-            res * DEFAULT_RESOLUTION_PROMPT_TOKENS,
-            res * DEFAULT_RESOLUTION_PROMPT_TOKENS / 2,
-            "default",
-        )
-    )
-    rep = DEFAULT_REPORTS_PER_CHUNK * n if use_reports else 0
-    phases.append(
-        Phase(
-            "community_reports",
-            rep,
-            0,
-            rep * DEFAULT_REPORT_PROMPT_TOKENS,
-            rep * DEFAULT_REPORT_ANSWER_TOKENS,
-            "default",
-        )
-    )
-    assumptions += [
-        f"no previous {method} build of this home to measure from, so: extraction answers of "
-        f"{DEFAULT_ANSWER_RATIO:g} x the chunk's tokens, gleaning answers of {DEFAULT_GLEAN_ANSWER_TOKENS} tokens",
-        "no description summaries (descriptions merged from more than 12 fragments are summarised)",
-        f"{DEFAULT_RESOLUTION_PER_CHUNK:g} resolution prompts per chunk of ~{DEFAULT_RESOLUTION_PROMPT_TOKENS} tokens",
-        f"{DEFAULT_REPORTS_PER_CHUNK:g} community report per chunk, ~{DEFAULT_REPORT_PROMPT_TOKENS} prompt and "
-        f"{DEFAULT_REPORT_ANSWER_TOKENS} completion tokens each",
-    ]
     return phases, assumptions
 
 
@@ -345,14 +285,34 @@ def extraction_settings_from_env(method: str, env=None):
     )
 
 
+def _chunks_of(keys, files, env) -> dict[str, list[tuple[int, str, str]]]:
+    """(position, chunk_id, text) of each document, as the build chunks it."""
+    from graphrag_pipeline.ingest.document_chunks import chunk_document
+    from graphrag_pipeline.settings import setting
+
+    out = {}
+    for key in keys:
+        doc = chunk_document(
+            key,
+            files.get(key),
+            setting("GRAPHRAG_MAX_DOCUMENT_BYTES", env),
+            setting("GRAPHRAG_CHUNK_TOKENS", env),
+            setting("GRAPHRAG_CHUNK_OVERLAP", env),
+        )
+        if doc.chunks is not None and doc.chunks.height:
+            out[key] = list(zip(*(doc.chunks[c].to_list() for c in ("position", "chunk_id", "text"))))
+    return out
+
+
 def estimate_home(
     paths, corpus: Path, method: str, env=None, stale: list[str] | None = None, files=None
 ) -> CostEstimate:
     """The estimate of a build of ``corpus`` with ``method`` into the home at ``paths``, reading
     only: the plan (or ``stale``/``files`` when the caller has made it), the chunks, the caches."""
-    from graphrag_pipeline.ingest.document_chunks import chunk_document
-    from graphrag_pipeline.ingest.tokens import count_tokens
+    import time
+
     from graphrag_pipeline.llm.cache import open_read_only
+    from graphrag_pipeline.llm.dry_run import dry_run
     from graphrag_pipeline.llm.pricing import configured_pricing
     from graphrag_pipeline.settings import setting
 
@@ -363,38 +323,47 @@ def estimate_home(
         return CostEstimate(
             method, None, len(stale), ExtractionBase(), [], None, ["the fast method makes no LLM calls"]
         )
-    chunks: list[tuple[str, str]] = []
-    for key in stale:
-        doc = chunk_document(
-            key,
-            files.get(key),
-            setting("GRAPHRAG_MAX_DOCUMENT_BYTES", env),
-            setting("GRAPHRAG_CHUNK_TOKENS", env),
-            setting("GRAPHRAG_CHUNK_OVERLAP", env),
-        )
-        if doc.chunks is not None and doc.chunks.height:
-            chunks += list(zip(doc.chunks["chunk_id"].to_list(), doc.chunks["text"].to_list()))
+    started = time.perf_counter()
+    todo = _chunks_of(stale, files, env)
     xsettings = extraction_settings_from_env(method, env)
     ext_cache, _ = open_read_only(paths.cache_db, "extraction")
     llm_cache, _ = open_read_only(paths.cache_db, "llm")
-    base = extraction_base(chunks, method, xsettings, model, ext_cache, llm_cache)
-    from graphrag_pipeline.extract.llm import follow_up_prompts
-
-    cont, loop = follow_up_prompts(method)
-    phases, assumptions = estimate_phases(
-        base,
+    base = extraction_base(
+        [(cid, text) for chunks in todo.values() for _, cid, text in chunks],
         method,
-        xsettings.gleanings,
-        count_tokens(cont),
-        count_tokens(loop),
-        read_profile(paths.state_dir, method),
-        setting("GRAPHRAG_LLM_RESOLUTION", env),
-        setting("GRAPHRAG_LLM_REPORTS", env),
+        xsettings,
+        model,
+        ext_cache,
+        llm_cache,
     )
     if not base.to_extract:
-        phases = [p for p in phases if p.step == "doc_subgraph"]
-        assumptions.append("nothing to extract: summaries, resolution and reports are assumed unchanged")
-    return CostEstimate(method, model, len(stale), base, phases, configured_pricing(env), assumptions)
+        phases = [Phase("doc_subgraph", 0, base.cached * (1 + xsettings.gleanings), 0, 0, "exact")]
+        note = "nothing to extract: summaries, resolution and reports are assumed unchanged"
+        return CostEstimate(method, model, len(stale), base, phases, configured_pricing(env), [note])
+    kept = _chunks_of(sorted(set(files) - set(stale)), files, env)
+    run = dry_run(
+        method,
+        xsettings,
+        kept,
+        todo,
+        base.cached_ids,
+        language=setting("GRAPHRAG_LANGUAGE", env),
+        resolution=setting("GRAPHRAG_LLM_RESOLUTION", env),
+        reports=setting("GRAPHRAG_LLM_REPORTS", env),
+        cluster_size=setting("GRAPHRAG_MAX_CLUSTER_SIZE", env),
+        use_lcc=True,
+    )
+    dry = {step: {**_usage_dict(u), "cache_hits": u.cache_hits} for step, u in run.usage.items()}
+    phases, assumptions = estimate_phases(base, dry, method, xsettings.gleanings, read_profile(paths.state_dir, method))
+    seconds = time.perf_counter() - started
+    assumptions.append(
+        f"dry run: {run.entities} entities, {run.relations} relations, {run.communities} communities "
+        f"({run.reports} reports to write), {len(kept)} documents kept; {seconds:.1f}s"
+    )
+    estimate = CostEstimate(method, model, len(stale), base, phases, configured_pricing(env), assumptions)
+    estimate.dry_run = {step: _usage_dict(u) for step, u in run.usage.items()}
+    estimate.seconds = seconds
+    return estimate
 
 
 def plan_read_only(paths, corpus: Path, method: str) -> tuple[list[str], dict]:

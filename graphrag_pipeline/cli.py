@@ -537,7 +537,7 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
     if limit is not None and pricing.price is None:
         return f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
     if plan.stale:
-        estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files)
+        estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files, remember=True)
         args.cost_estimate = estimate
         total = estimate.total()
         cost = estimate.cost_usd

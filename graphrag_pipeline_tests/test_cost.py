@@ -174,6 +174,13 @@ def test_estimate_of_an_incremental_build_is_within_20_percent(server, corpus, h
     for name, data in held_back.items():
         (corpus / name).write_bytes(data)
 
+    # the build remembered its dry run's extractions: the next estimate does not extract the kept documents again
+    from graphrag_pipeline.storage.layout import Paths
+
+    with sqlite3.connect(Paths(home).cache_db) as con:
+        remembered = con.execute("SELECT count(*) FROM dry_run WHERE key LIKE ?", (method + ":%",)).fetchone()[0]
+    assert remembered == cli_json("stats", "--json")["chunks"]
+
     before, calls, tokens = _files(home), server.chat_count, server.prompt_tokens
     code, out = cli("build", "--corpus", str(corpus), "--method", method, "--estimate")
     assert code == 0, out

@@ -223,10 +223,13 @@ def dry_run(
     reports: bool,
     cluster_size: int,
     use_lcc: bool,
+    memo=None,
 ) -> DryRun:
     """Count the LLM work of a build processing the documents ``todo`` when the home holds
     ``kept``: each maps a document key to its chunks (position, chunk_id, text). The chunks in
-    ``skip_chunks`` are served by the extraction cache (not counted)."""
+    ``skip_chunks`` are served by the extraction cache (not counted). ``memo`` (a KVCache) keeps
+    the stand-in's extraction of each chunk, so the documents kept are not extracted again by the
+    next estimate: only the chunks a build adds cost offline extraction time."""
     from graphrag_pipeline.extract.llm import extract_chunk
     from graphrag_pipeline.extract.offline import extract_fast
 
@@ -240,16 +243,25 @@ def dry_run(
     }
     state = _State()
     done: dict[str, Extraction] = {}
+    if memo is not None:  # the stand-in's extractions of chunks seen before (they depend on the text only)
+        wanted = [f"{method}:{cid}" for chunks in kept.values() for _, cid, _ in chunks]
+        done = {k.split(":", 1)[1]: Extraction.from_dict(v) for k, v in memo.get_many(wanted).items()}
+    fresh: dict[str, dict] = {}
+    counted_ids: set[str] = set()
 
     def extract(chunks, counted: bool) -> list[tuple[int, str, Extraction]]:
         """The stand-in's extraction of each chunk, through the build's extraction code (so its
         graph is the one the build would parse from such answers); counted unless cached."""
         out = []
         for pos, cid, text in chunks:
-            if cid not in done:
-                model.counting = counted and cid not in skip_chunks
+            count = counted and cid not in skip_chunks and cid not in counted_ids  # a chunk is extracted once
+            if cid not in done or count:
+                model.counting = count
                 model.first_answer = render_records(extract_fast(text, cid), model.light)
                 done[cid] = extract_chunk(model, text, cid, xsettings).extraction
+                fresh[f"{method}:{cid}"] = done[cid].to_dict()
+                if count:
+                    counted_ids.add(cid)
             out.append((pos, cid, done[cid]))
         model.counting = True
         return out
@@ -262,5 +274,7 @@ def dry_run(
     model.step = "doc_subgraph"
     for key, chunks in todo.items():
         graph[key] = extract(chunks, True)
+    if memo is not None:
+        memo.put_many(fresh)  # a no-op when the cache is read-only (`build --estimate`)
     entities, relations, communities, written = _downstream(model, graph, state, **opts)
     return DryRun(model.usage, entities, relations, communities, written)

@@ -305,10 +305,12 @@ def _chunks_of(keys, files, env) -> dict[str, list[tuple[int, str, str]]]:
 
 
 def estimate_home(
-    paths, corpus: Path, method: str, env=None, stale: list[str] | None = None, files=None
+    paths, corpus: Path, method: str, env=None, stale: list[str] | None = None, files=None, remember: bool = False
 ) -> CostEstimate:
     """The estimate of a build of ``corpus`` with ``method`` into the home at ``paths``, reading
-    only: the plan (or ``stale``/``files`` when the caller has made it), the chunks, the caches."""
+    only: the plan (or ``stale``/``files`` when the caller has made it), the chunks, the caches.
+    ``remember`` (a build starting, not `build --estimate`): the dry run's extractions are kept in
+    the home's cache database for the next estimate."""
     import time
 
     from graphrag_pipeline.llm.cache import open_read_only
@@ -341,6 +343,9 @@ def estimate_home(
         note = "nothing to extract: summaries, resolution and reports are assumed unchanged"
         return CostEstimate(method, model, len(stale), base, phases, configured_pricing(env), [note])
     kept = _chunks_of(sorted(set(files) - set(stale)), files, env)
+    from graphrag_pipeline.llm.cache import KVCache
+
+    memo = KVCache(paths.cache_db, "dry_run") if remember else open_read_only(paths.cache_db, "dry_run")[0]
     run = dry_run(
         method,
         xsettings,
@@ -352,6 +357,7 @@ def estimate_home(
         reports=setting("GRAPHRAG_LLM_REPORTS", env),
         cluster_size=setting("GRAPHRAG_MAX_CLUSTER_SIZE", env),
         use_lcc=True,
+        memo=memo,
     )
     dry = {step: {**_usage_dict(u), "cache_hits": u.cache_hits} for step, u in run.usage.items()}
     phases, assumptions = estimate_phases(base, dry, method, xsettings.gleanings, read_profile(paths.state_dir, method))

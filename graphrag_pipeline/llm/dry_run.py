@@ -92,7 +92,9 @@ class StandInModel:
             return "A merged description of the entity or relation."
         if self.step == "community_reports":
             return _REPORT_ANSWER
-        return ""  # resolution: the verdicts come from the offline rule (see _OfflineJudge)
+        # resolution: one line a question (the verdicts themselves come from the offline rule, see _offline_judge)
+        questions = last.count('" the same as "')
+        return "\n".join(f"Question {i}: different entities." for i in range(1, questions + 1))
 
     def chat(self, messages, *, temperature=0.0, max_tokens=None, logit_bias=None, response_format=None, **_):
         text = self._answer(messages)

@@ -537,7 +537,11 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
     if limit is not None and pricing.price is None:
         return f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
     if plan.stale:
-        estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files, remember=True)
+        try:
+            estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files, remember=True)
+        except Exception as exc:  # noqa: BLE001 - the estimate informs; it must not stop the build
+            _say(f"estimate: not available ({type(exc).__name__}: {exc}); the build goes on")
+            return ""
         args.cost_estimate = estimate
         total = estimate.total()
         cost = estimate.cost_usd

@@ -128,6 +128,13 @@ SETTINGS: dict[str, Setting] = {
             default_text="unset = no limit",
         ),
         Setting(
+            "GRAPHRAG_ESTIMATE_ON_BUILD",
+            "bool",
+            "false",
+            "make the cost estimate (a dry run, see `build --estimate`) when a build with an LLM method starts; "
+            "always made when GRAPHRAG_MAX_COST_USD is set",
+        ),
+        Setting(
             "GRAPHRAG_PRICE_INPUT_PER_MTOK",
             "usd",
             help="USD per million prompt tokens (with GRAPHRAG_PRICE_OUTPUT_PER_MTOK: wins over the price table)",

@@ -123,6 +123,7 @@ def server(monkeypatch, home, corpus):
         monkeypatch.setenv("GRAPHRAG_LLM_TIMEOUT", "10")
         monkeypatch.setenv("GRAPHRAG_PRICE_INPUT_PER_MTOK", str(IN_PRICE))
         monkeypatch.setenv("GRAPHRAG_PRICE_OUTPUT_PER_MTOK", str(OUT_PRICE))
+        monkeypatch.setenv("GRAPHRAG_ESTIMATE_ON_BUILD", "true")  # the build's own estimate, tags and profile
         yield srv
 
 
@@ -244,3 +245,11 @@ def test_a_budget_with_an_unknown_price_is_refused(server, corpus, home, monkeyp
         code == 2 and "cost of calls is unknown" in err.getvalue() and "GRAPHRAG_PRICE_INPUT_PER_MTOK" in err.getvalue()
     )
     assert server.chat_count == 0
+
+
+def test_a_build_makes_no_dry_run_unless_asked_or_under_a_budget(server, corpus, monkeypatch):
+    """The dry run costs about three times the offline extraction: not paid before every update."""
+    monkeypatch.delenv("GRAPHRAG_ESTIMATE_ON_BUILD")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert "estimate:" not in out and "LLM: " in out.splitlines()[-1]

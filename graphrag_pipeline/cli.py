@@ -59,6 +59,14 @@ class EndpointDown(Exception):
     """The LLM endpoint stopped answering (its circuit breaker opened): the build stops there."""
 
 
+class BudgetExceeded(Exception):
+    """The next LLM call could pass GRAPHRAG_MAX_COST_USD: the build stops there."""
+
+
+# the estimate made when this build started, as tags of each of its runs (the UI shows them)
+_ESTIMATE_TAGS: dict[str, str] = {}
+
+
 def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
     """Run a job in this process; False when any step or any asset check failed. A stop asked for
     during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
@@ -72,7 +80,7 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         run_config["ops"] = ops
     result = job.execute_in_process(
         instance=instance,
-        tags={**(tags or {}), **cli_run_tags()},
+        tags={**(tags or {}), **cli_run_tags(), **_ESTIMATE_TAGS},
         raise_on_error=False,
         run_config=run_config,
     )
@@ -116,6 +124,8 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
         message = _plain_error(causes.get(step.step_key) or (err.message.strip() if err else "unknown error"))
         _say(f"  FAILED {step.step_key}: {message}")
         failure = getattr(step.event_specific_data, "user_failure_data", None)
+        if failure is not None and (failure.metadata or {}).get("budget_exceeded"):
+            raise BudgetExceeded(message)
         if failure is not None and (failure.metadata or {}).get("endpoint_down"):
             raise EndpointDown(message)
     passed = []
@@ -261,6 +271,8 @@ def _settings_problems() -> list[str]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    if args.estimate:
+        return cmd_estimate(args)
     paths = _prepare_environment(args)
     problems = _settings_problems()
     if problems:
@@ -297,6 +309,9 @@ def cmd_build(args: argparse.Namespace) -> int:
             flush=True,
         )
         return 128 + exc.signo
+    except BudgetExceeded:
+        _budget_stop_message(args, paths)
+        return 1
     except EndpointDown:
         print(
             "build stopped: the LLM endpoint is not answering (see above). What was finished is stored; the "
@@ -332,6 +347,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
 
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
+    args.cost_since = time.time()  # the ledger's rows from here on are this build's
     for leftover in clean_temp_files(paths.home):
         _say(f"removed a temporary file left by an interrupted build: {leftover}")
     record = read_home_record(paths.home)
@@ -382,6 +398,10 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         )
         return 2
     model = setting("GRAPHRAG_LLM_MODEL") if method != "fast" else None
+    problem = _start_budget(args, paths, corpus, method, plan)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     write_home_record(paths.home, str(corpus), method, model)
     defs = current_defs()  # code versions of these settings and this record (method, model, prompts, chunking)
     change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
@@ -498,8 +518,146 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say("everything is up to date")
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
         write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
-    _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s")
+    _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s" + _build_cost(args, paths))
     return 0 if ok else 1
+
+
+# -- cost: estimate, budget, what a build spent ---------------------------------------------------------
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """`build --estimate`: what the build would send to the LLM and cost; no call, nothing written."""
+    from graphrag_pipeline.llm.estimate import estimate_home
+    from graphrag_pipeline.settings import default_corpus, default_method
+    from graphrag_pipeline.storage.home import read_home_record
+
+    paths = _reading_paths(args)
+    problems = _settings_problems()
+    if problems:
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    record = read_home_record(paths.home) if paths.home.is_dir() else None
+    corpus = Path(args.corpus).expanduser().resolve() if args.corpus else None
+    if corpus is None:
+        corpus = Path(record.corpus) if record else default_corpus()
+    method = args.method or (record.method if record and not args.switch_method else None) or default_method()
+    if not corpus.is_dir():
+        print(f"error: corpus directory not found: {corpus}", file=sys.stderr)
+        return 2
+    estimate = estimate_home(paths, corpus, method)
+    if args.json:
+        print(json.dumps(estimate.to_dict()))
+    else:
+        for line in estimate.lines():
+            _say(line)
+    return 0
+
+
+def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
+    """Start this build's spending account; a problem (a budget at an unknown price) or ""."""
+    from graphrag_pipeline.llm import budget
+    from graphrag_pipeline.llm.estimate import estimate_home
+    from graphrag_pipeline.llm.pricing import configured_pricing
+    from graphrag_pipeline.settings import setting
+
+    limit = setting("GRAPHRAG_MAX_COST_USD")
+    budget.start_build(limit)
+    args.cost_estimate = None
+    _ESTIMATE_TAGS.clear()
+    if method == "fast":
+        return ""
+    pricing = configured_pricing()
+    if limit is not None and pricing.price is None:
+        return f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
+    # the dry run costs about three times the offline extraction of what is processed, plus reading and
+    # clustering the documents kept: worth it before a paid build with a budget, not before every update
+    if plan.stale and (limit is not None or setting("GRAPHRAG_ESTIMATE_ON_BUILD")):
+        try:
+            estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files, remember=True)
+        except Exception as exc:  # noqa: BLE001 - the estimate informs; it must not stop the build
+            _say(f"estimate: not available ({type(exc).__name__}: {exc}); the build goes on")
+            return ""
+        args.cost_estimate = estimate
+        total = estimate.total()
+        cost = estimate.cost_usd
+        _ESTIMATE_TAGS["graphrag/estimated_llm_calls"] = str(total.calls)
+        if cost is not None:
+            _ESTIMATE_TAGS["graphrag/estimated_cost_usd"] = f"{cost:.6f}"
+        _say(
+            f"estimate: {total.calls} LLM calls, {total.prompt_tokens} prompt tokens, "
+            + ("cost unknown" if cost is None else f"about ${cost:.4f}")
+            + (f" (budget ${limit:g})" if limit is not None else "")
+            + f" (dry run {estimate.seconds:.1f}s) - `build --estimate` shows how"
+        )
+    return ""
+
+
+def _build_usage(args, paths: Paths) -> dict:
+    from graphrag_pipeline.llm.usage import UsageLedger
+
+    since = getattr(args, "cost_since", None)
+    return UsageLedger(paths.cache_db).by_step_since(since) if since is not None else {}
+
+
+def _build_cost(args, paths: Paths) -> str:
+    """`; LLM: N calls, P + C tokens, $X` for the final line (empty without LLM work); the ratios
+    this build measured are kept for the next estimate."""
+    from graphrag_pipeline.llm.estimate import profile_entry, write_profile
+    from graphrag_pipeline.llm.usage import LLMUsage
+
+    steps = _build_usage(args, paths)
+    total = LLMUsage()
+    for u in steps.values():
+        total.add(u)
+    estimate = getattr(args, "cost_estimate", None)
+    entry = profile_entry(estimate, steps) if estimate is not None else None
+    if entry is not None:
+        from graphrag_pipeline.settings import setting
+
+        write_profile(paths.state_dir, os.environ.get("GRAPHRAG_METHOD") or setting("GRAPHRAG_METHOD"), entry)
+    if not (total.calls or total.cache_hits):
+        return ""
+    return (
+        f"; LLM: {total.calls} calls ({total.cache_hits} cached), {total.prompt_tokens} prompt + "
+        f"{total.completion_tokens} completion tokens, {total.describe_cost()}"
+    )
+
+
+def _budget_stop_message(args, paths: Paths) -> None:
+    """The budget stopped the build: say the budget, what was spent and what is left to do."""
+    from graphrag_pipeline.llm import budget
+    from graphrag_pipeline.llm.estimate import estimate_home
+    from graphrag_pipeline.llm.usage import LLMUsage
+    from graphrag_pipeline.settings import setting
+
+    spent = LLMUsage()
+    for u in _build_usage(args, paths).values():
+        spent.add(u)
+    limit = budget.current().limit_usd
+    left = ""
+    try:
+        method = os.environ.get("GRAPHRAG_METHOD") or setting("GRAPHRAG_METHOD")
+        rest = estimate_home(paths, Path(os.environ["GRAPHRAG_CORPUS"]), method)
+        cost = rest.cost_usd
+        left = (
+            f" Left to do: {rest.documents} documents to process ({rest.base.to_extract} chunks to extract)"
+            + (
+                ", then the graph, the community reports and the index"
+                if rest.documents
+                else ", the community reports and the index"
+            )
+            + (f", about ${cost:.4f} more by the estimate" if cost else "")
+            + "."
+        )
+    except Exception:  # noqa: BLE001 - the stop message must not fail on the estimate
+        pass
+    print(
+        f"build stopped: the LLM budget GRAPHRAG_MAX_COST_USD=${limit:g} would be exceeded; this build spent "
+        f"{spent.describe_cost()} on {spent.calls} calls.{left} What was finished is stored and the published "
+        "index is unchanged. Run `graphrag-pipeline build` again with a larger budget: it continues with what is "
+        "left and pays for nothing twice.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # -- stats / query / export -----------------------------------------------------------------------
@@ -785,6 +943,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="stale: also process the documents built under other settings (model, prompts, chunking: their "
         "code version changed); without it they are only reported (new LLM calls are a paid decision)",
     )
+    b.add_argument(
+        "--estimate",
+        action="store_true",
+        help="only say what the build would send to the LLM (calls, tokens, USD) and why; no call, nothing written",
+    )
+    b.add_argument("--json", action="store_true", help="with --estimate: print the estimate as JSON")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("stats", help="counts of the published index and LLM usage")

@@ -38,7 +38,7 @@ class Setting:
     and checked; ``note`` follows the default in messages; ``default_text`` describes a computed one."""
 
     name: str
-    kind: str  # path method int bool name text secret list url es_index file
+    kind: str  # path method int usd bool name text secret list url es_index file
     default: str | None = None
     help: str = ""
     minimum: int | None = None  # int: the smallest allowed value
@@ -128,6 +128,32 @@ SETTINGS: dict[str, Setting] = {
         Setting("GRAPHRAG_LANGUAGE", "name", "English", "language of descriptions and reports"),
         Setting("GRAPHRAG_ENTITY_TYPES", "list", "organization,person,geo,event,category", "entity types asked for"),
         Setting("GRAPHRAG_MAX_GLEANINGS", "int", "-1", "gleaning rounds", minimum=-1, note=" = the method's default"),
+        Setting(
+            "GRAPHRAG_MAX_COST_USD",
+            "usd",
+            help="the most one `build` may spend on LLM calls (USD); the build stops cleanly before it would "
+            "spend more",
+            default_text="unset = no limit",
+        ),
+        Setting(
+            "GRAPHRAG_ESTIMATE_ON_BUILD",
+            "bool",
+            "false",
+            "make the cost estimate (a dry run, see `build --estimate`) when a build with an LLM method starts; "
+            "always made when GRAPHRAG_MAX_COST_USD is set",
+        ),
+        Setting(
+            "GRAPHRAG_PRICE_INPUT_PER_MTOK",
+            "usd",
+            help="USD per million prompt tokens (with GRAPHRAG_PRICE_OUTPUT_PER_MTOK: wins over the price table)",
+            default_text="the genai-prices table for the model and endpoint",
+        ),
+        Setting(
+            "GRAPHRAG_PRICE_OUTPUT_PER_MTOK",
+            "usd",
+            help="USD per million completion tokens (with GRAPHRAG_PRICE_INPUT_PER_MTOK)",
+            default_text="the genai-prices table for the model and endpoint",
+        ),
         Setting("GRAPHRAG_LLM_RESOLUTION", "bool", "true", "judge resolution candidates with the LLM"),
         Setting("GRAPHRAG_LLM_REPORTS", "bool", "true", "write community reports with the LLM"),
         Setting(
@@ -184,6 +210,14 @@ def _parse(s: Setting, text: str) -> Any:
             raise ValueError(
                 f"{s.name} must be a whole number >= {s.minimum} (default {s.describe_default()}), got {text!r}"
             ) from None
+    if s.kind == "usd":
+        try:
+            value = float(text.strip())
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value == float("inf"):  # also refuses nan
+            raise ValueError(f"{s.name} must be an amount in USD >= 0 (e.g. 2.50), got {text!r}")
+        return value
     if s.kind == "bool":
         return parse_bool(text)
     if s.kind == "list":

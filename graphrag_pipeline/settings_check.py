@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from graphrag_pipeline.settings import FALSE_WORDS, METHODS, SETTINGS, TRUE_WORDS, parse_list
 from graphrag_pipeline.settings import default as default_of
+from graphrag_pipeline.settings import setting as parse_setting
 
 _MAX_INT = 2**31 - 1  # native code (Leiden, SQLite busy timeouts...) takes 32-bit integers
 
@@ -134,6 +135,18 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
         raw = _value(env, name)
         if raw is not None and raw.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
             add(f"{name}={_show(raw)}: must be true or false (also 1/0, yes/no, on/off; default {default})")
+
+    for name in (s.name for s in SETTINGS.values() if s.kind == "usd"):
+        raw = _value(env, name)
+        if raw is not None:
+            try:
+                parse_setting(name, env)
+            except ValueError:
+                default = SETTINGS[name].describe_default()
+                add(f"{name}={_show(raw)}: must be an amount in USD >= 0, e.g. 2.50 (default: {default})")
+    prices = [_value(env, f"GRAPHRAG_PRICE_{kind}_PER_MTOK") is None for kind in ("INPUT", "OUTPUT")]
+    if prices[0] != prices[1]:
+        add("GRAPHRAG_PRICE_INPUT_PER_MTOK and GRAPHRAG_PRICE_OUTPUT_PER_MTOK must be set together (or neither)")
 
     types = _value(env, "GRAPHRAG_ENTITY_TYPES")
     if types is not None and not parse_list(types):

@@ -67,7 +67,14 @@ def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
     other = client_for(llm_server, cache=KVCache(kv.path))  # a new client (and connection) on the same file
     assert other.chat(MSG).cached
     assert llm_server.chat_count == 1
-    assert other.usage_snapshot().to_dict() == {"calls": 0, "cache_hits": 1, "prompt_tokens": 0, "completion_tokens": 0}
+    assert other.usage_snapshot().to_dict() == {
+        "calls": 0,
+        "cache_hits": 1,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost_usd": 0.0,  # a cached answer costs nothing
+        "unpriced_calls": 0,
+    }
 
 
 def test_use_cache_false_and_empty_answers_are_not_cached(llm_server, kv):

@@ -57,7 +57,14 @@ def test_build_materializes_everything_with_metadata_and_checks(built, home, ins
     assert stats["documents"] == 7
     for key in ("chunks", "entities", "relations", "communities", "community_reports"):
         assert isinstance(stats[key], int) and stats[key] > 0, key
-    assert stats["llm"] == {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    assert stats["llm"] == {
+        "calls": 0,
+        "cache_hits": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost_usd": 0.0,
+        "unpriced_calls": 0,
+    }
 
     inst = instance()
     # documents are processed in one batch run (which then merges and clusters), not one run per document

@@ -144,7 +144,14 @@ def test_stats_and_query_on_a_read_only_home(ro_home):
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(proc.stdout)
     assert stats["documents"] == 7 and stats["entities"] > 0 and stats["community_reports"] > 0
-    assert stats["llm"] == {"calls": 10, "cache_hits": 3, "prompt_tokens": 1500, "completion_tokens": 500}
+    assert stats["llm"] == {
+        "calls": 10,
+        "cache_hits": 3,
+        "prompt_tokens": 1500,
+        "completion_tokens": 500,
+        "cost_usd": 0.0,
+        "unpriced_calls": 0,
+    }
     proc = cli_reader(ro_home, "stats")
     assert proc.returncode == 0 and "calls" in proc.stdout and "unavailable" not in proc.stdout, proc.stderr
 

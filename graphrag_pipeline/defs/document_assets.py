@@ -15,7 +15,7 @@ import time
 import dagster as dg
 
 from graphrag_pipeline import progress as progress_events
-from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
+from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -217,7 +217,7 @@ def doc_subgraph(
     if stats.failed_documents:
         failures = [{"document": k, "error": v} for k, v in stats.failed_documents.items()]
         if stats.circuit_open:
-            # the endpoint is down: retrying the step would only pay the breaker again
+            # the endpoint is down (or the budget spent): retrying the step would only pay the breaker again
             left = stats.documents_left
             stored = len(keys) - len(left)
             raise dg.Failure(
@@ -229,7 +229,7 @@ def doc_subgraph(
                 metadata={
                     **metadata,
                     "not_attempted_chunks": stats.not_attempted,
-                    "endpoint_down": True,
+                    **stop_metadata(stats.budget_exceeded),
                     "failed": md_table(failures, ["document", "error"], width=200),
                 },
                 allow_retries=False,

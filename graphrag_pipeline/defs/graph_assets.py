@@ -13,7 +13,7 @@ import polars as pl
 from graphrag_pipeline.defs import (
     document_assets,
 )  # the module, not its assets: each asset is loaded once, from its own file
-from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata
+from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -22,20 +22,25 @@ from graphrag_pipeline.graph.communities import update_communities
 from graphrag_pipeline.graph.mentions import update_merged_graph
 from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_resolution
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
-from graphrag_pipeline.llm.client import LLMCircuitOpen
+from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCircuitOpen
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
 
 EAGER = dg.AutomationCondition.eager()
 
 
 @contextmanager
-def endpoint_down_fails_the_step():
-    """A dead LLM endpoint (its circuit breaker open) fails the step without Dagster's retries: each
-    retry would pay the breaker's calls again. The CLI sees `endpoint_down` and stops the build."""
+def endpoint_down_fails_the_step(step: StepLLM | None = None):
+    """A dead LLM endpoint (its circuit breaker open) or a spent budget fails the step without
+    Dagster's retries: each retry would pay the breaker's calls again. What the step's client spent
+    until then is recorded in the ledger. The CLI sees `endpoint_down` / `budget_exceeded` and
+    stops the build."""
     try:
         yield
     except LLMCircuitOpen as exc:
-        raise dg.Failure(description=str(exc), metadata={"endpoint_down": True}, allow_retries=False) from None
+        meta = stop_metadata(isinstance(exc, LLMBudgetExceeded))
+        if step is not None:
+            meta.update(llm_metadata(step.record()))
+        raise dg.Failure(description=str(exc), metadata=meta, allow_retries=False) from None
 
 
 def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
@@ -67,7 +72,7 @@ def knowledge_graph(
     keys = document_keys(context.instance)
     merged = update_merged_graph(store, keys)
     step = StepLLM("knowledge_graph", settings, llm, used=settings.method != "fast")
-    with endpoint_down_fails_the_step():
+    with endpoint_down_fails_the_step(step):
         nodes, edges, summary = summarise_long_descriptions(
             merged.nodes, merged.edges, step.client, language=llm.language
         )
@@ -136,7 +141,7 @@ def resolved_graph(
     client = step.client
     judge = LLMJudge(client) if client else None
     judge_id = f"llm:{client.model}" if client else "offline"
-    with endpoint_down_fails_the_step():
+    with endpoint_down_fails_the_step(step):
         plan = plan_resolution(nodes, state, judge=judge, judge_id=judge_id)
     usage = step.record()
     if plan.pairs:
@@ -292,7 +297,7 @@ def community_reports(
     context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings
 ) -> dg.MaterializeResult:
     step = StepLLM("community_reports", settings, llm, used=settings.method != "fast" and llm.use_for_reports)
-    with endpoint_down_fails_the_step():
+    with endpoint_down_fails_the_step(step):
         result = write_reports(
             settings.store(), context.partition_keys, step.client, language=llm.language, log=context.log
         )

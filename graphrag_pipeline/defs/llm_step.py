@@ -23,12 +23,24 @@ class StepLLM:
 
 
 def llm_metadata(usage: LLMUsage) -> dict:
-    return {
+    """The usage as materialization metadata; ``cost_usd`` is a float Dagster plots over time (0.0
+    when no call was made; calls at an unknown price are counted in ``llm_unpriced_calls``)."""
+    meta = {
         "llm_calls": usage.calls,
         "llm_cache_hits": usage.cache_hits,
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
+        "cost_usd": float(round(usage.cost_usd, 6)),
     }
+    if usage.unpriced_calls:
+        meta["llm_unpriced_calls"] = usage.unpriced_calls
+    return meta
+
+
+def stop_metadata(budget_exceeded: bool) -> dict:
+    """What a step failing because the client stopped making calls tells the CLI: the build's
+    budget would be passed (``budget_exceeded``) or the endpoint is down (``endpoint_down``)."""
+    return {"budget_exceeded": True} if budget_exceeded else {"endpoint_down": True}
 
 
 USAGE_KEYS = ("llm_calls", "llm_cache_hits", "prompt_tokens", "completion_tokens", "cost_usd")
@@ -56,6 +68,6 @@ def tag_run_with_usage(instance, run_id: str, materializations) -> dict[str, str
     summary = run_llm_summary(materializations)
     if not summary:
         return {}
-    tags = {f"graphrag/{k}": (f"{v:.4f}" if isinstance(v, float) else str(v)) for k, v in summary.items()}
+    tags = {f"graphrag/{k}": (f"{v:.6f}" if isinstance(v, float) else str(v)) for k, v in summary.items()}
     instance.add_run_tags(run_id, tags)
     return tags

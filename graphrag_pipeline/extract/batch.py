@@ -46,6 +46,7 @@ class ExtractionStats:
     llm: LLMUsage = field(default_factory=LLMUsage)
     circuit_open: str = ""  # the breaker's message when it opened: the endpoint is down, stop retrying
     not_attempted: int = 0  # chunks never started because the breaker had opened
+    budget_exceeded: bool = False  # the breaker "opened" because the build's budget would be passed
 
     @property
     def documents_left(self) -> list[str]:
@@ -212,7 +213,7 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
     """The extractions of `todo` by chunk id (failed chunks absent); counts go to `stats`, the
     extraction stats of the whole batch."""
     from graphrag_pipeline.extract.llm import extract_chunk
-    from graphrag_pipeline.llm.client import LLMCircuitOpen, LLMError
+    from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCircuitOpen, LLMError
 
     before = llm.usage_snapshot()
     out: dict[str, Extraction] = {}
@@ -250,6 +251,7 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
                     outcome = fut.result()
                 except LLMCircuitOpen as exc:
                     stats.circuit_open = stats.circuit_open or str(exc)
+                    stats.budget_exceeded = stats.budget_exceeded or isinstance(exc, LLMBudgetExceeded)
                     stats.failed_documents.setdefault(task.doc_id, str(exc))
                     continue
                 except LLMError as exc:
@@ -281,6 +283,7 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
         if breaker_open():
             if not stats.circuit_open:
                 stats.circuit_open = getattr(llm, "circuit_message", "") or "the LLM endpoint's circuit breaker is open"
+            stats.budget_exceeded = stats.budget_exceeded or bool(getattr(llm, "budget_exceeded", False))
             for task in queue:  # never started: left for the next build
                 stats.not_attempted += 1
                 stats.failed_documents.setdefault(task.doc_id, stats.circuit_open)
@@ -295,12 +298,5 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
         pool.shutdown(wait=True, cancel_futures=True)
     finally:
         after = llm.usage_snapshot()
-        stats.llm.add(
-            LLMUsage(
-                after.calls - before.calls,
-                after.cache_hits - before.cache_hits,
-                after.prompt_tokens - before.prompt_tokens,
-                after.completion_tokens - before.completion_tokens,
-            )
-        )
+        stats.llm.add(after.minus(before))
     return out

@@ -62,17 +62,29 @@ def _format(template: str, **values) -> str:
     )
 
 
+def extraction_prompt(text: str, settings: ExtractionSettings) -> str:
+    """The first prompt of a chunk's extraction (the cost estimate counts it too)."""
+    return _format(
+        prompts.LIGHT_EXTRACTION if settings.method == "light" else prompts.GENERAL_EXTRACTION,
+        language=settings.language,
+        entity_types=", ".join(settings.entity_types),
+        input_text=text,
+    )
+
+
+def follow_up_prompts(method: str) -> tuple[str, str]:
+    """(the gleaning prompt, the loop check) of a method."""
+    if method == "light":
+        return _format(prompts.LIGHT_CONTINUE), prompts.LIGHT_IF_LOOP
+    return _format(prompts.GENERAL_CONTINUE), prompts.GENERAL_LOOP
+
+
 def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: ExtractionSettings) -> ChunkOutcome:
     """Extract one chunk; LLMError from the client (endpoint failures) propagates to the caller."""
     if settings.method not in ("light", "general"):
         raise ValueError(f"extract_chunk handles light and general, not {settings.method!r}")
     light = settings.method == "light"
-    prompt = _format(
-        prompts.LIGHT_EXTRACTION if light else prompts.GENERAL_EXTRACTION,
-        language=settings.language,
-        entity_types=", ".join(settings.entity_types),
-        input_text=text,
-    )
+    prompt = extraction_prompt(text, settings)
     history = [{"role": "user", "content": prompt}]
     first = None
     raw = ""

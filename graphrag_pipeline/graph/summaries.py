@@ -73,6 +73,11 @@ def summarise_long_descriptions(
     if not calls:
         return nodes, edges, stats
     results = client.chat_many(calls)
+    from graphrag_pipeline.llm.client import LLMCircuitOpen
+
+    stopped = next((r for r in results if isinstance(r, LLMCircuitOpen)), None)
+    if stopped is not None:  # the client makes no more calls (endpoint down, budget spent): finish later, not now
+        raise stopped
     node_desc = nodes["description"].to_list()
     edge_desc = edges["description"].to_list()
     for k, (i, _) in enumerate(node_rows):

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from graphrag_pipeline import progress
 from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.llm import budget as budgets
 from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.llm.pricing import Pricing, pricing_for
 from graphrag_pipeline.llm.usage import LLMUsage
 from graphrag_pipeline.settings import default as setting_default
 from graphrag_pipeline.settings import endpoint_embedding_model, setting
@@ -104,6 +106,12 @@ class LLMCircuitOpen(LLMError):
         super().__init__(message, status=status, attempts=0, endpoint=endpoint)
         self.failures = failures
         self.last_error = last_error
+
+
+class LLMBudgetExceeded(LLMCircuitOpen):
+    """The next call could pass the build's budget (GRAPHRAG_MAX_COST_USD): the client makes no
+    further requests (answers in the cache are still served), and the build stops as it does for
+    a dead endpoint, keeping everything finished."""
 
 
 @dataclass
@@ -216,11 +224,14 @@ class LLMClient:
         embedding_model: str | None = None,
         breaker: int | None = None,
         max_call_s: float | None = None,
+        pricing: Pricing | None = None,
     ):
         """breaker: consecutive failed calls after which every call fails at once (None: the
         ``GRAPHRAG_LLM_BREAKER`` variable, else 3; 0: never). max_call_s: no retry is started that
         would begin later than this after the call's first request (None: ``max(60, 2 x
-        timeout_s)``); one call thus takes at most about ``max_call_s + timeout_s``."""
+        timeout_s)``); one call thus takes at most about ``max_call_s + timeout_s``. pricing: the
+        price of ``model`` (None: looked up for the model and endpoint, see llm/pricing.py); under a
+        budget (GRAPHRAG_MAX_COST_USD) every request first reserves its worst-case cost."""
         import openai
 
         if max_concurrent < 1:
@@ -255,6 +266,7 @@ class LLMClient:
         self._key = _Secret(key)
         self._client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
         self._endpoint = redact_url(str(self._client.base_url))
+        self.pricing = pricing if pricing is not None else pricing_for(model, self._endpoint)
         self._openai = openai
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._cancel = threading.Event()
@@ -312,18 +324,32 @@ class LLMClient:
     # -- usage / cancellation ------------------------------------------------------------------------
     def usage_snapshot(self) -> LLMUsage:
         with self._lock:
-            return LLMUsage(**self.usage.to_dict())
+            return LLMUsage(**vars(self.usage))
 
     def _count(
-        self, *, calls: int = 0, cache_hits: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0
-    ) -> None:
+        self,
+        *,
+        calls: int = 0,
+        cache_hits: int = 0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        priced: bool = True,
+    ) -> float:
+        """Count usage; returns the calls' cost at the chat model's price (``priced=False``: calls
+        whose price is not known here, e.g. embeddings, counted as unpriced)."""
+        price = self.pricing.price if priced else None
+        cost = price.cost(prompt_tokens, completion_tokens) if (calls and price is not None) else 0.0
         with self._lock:
             self.usage.calls += calls
             self.usage.cache_hits += cache_hits
             self.usage.prompt_tokens += prompt_tokens
             self.usage.completion_tokens += completion_tokens
+            self.usage.cost_usd += cost
+            if calls and price is None:
+                self.usage.unpriced_calls += calls
             # the running totals, for a build's progress display (a no-op unless the CLI listens)
             progress.llm_usage(self._progress_source, LLMUsage(**self.usage.to_dict()))
+        return cost
 
     def cancel(self) -> None:
         """Stop: calls waiting for a slot or backing off raise LLMCancelled promptly, new calls raise
@@ -355,11 +381,14 @@ class LLMClient:
     def consecutive_failures(self) -> int:
         return self._failures
 
+    @property
+    def budget_exceeded(self) -> bool:
+        """True once a call was refused because it could pass the build's budget."""
+        return isinstance(self._circuit, LLMBudgetExceeded)
+
     def _circuit_error(self) -> LLMCircuitOpen:
         c = self._circuit
-        return LLMCircuitOpen(
-            str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint
-        )
+        return type(c)(str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint)
 
     def _check_open(self) -> None:
         if self._circuit is not None:
@@ -615,19 +644,58 @@ class LLMClient:
                 raise _Retryable(f"malformed response (no choices[0].message in {type(resp).__name__})") from None
             return resp, text
 
-        resp, text = self._with_retries("chat request", request)
-        usage = getattr(resp, "usage", None)
-        prompt_tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
-        completion_tokens = getattr(usage, "completion_tokens", None) if usage is not None else None
-        if prompt_tokens is None:
-            prompt_tokens = count_tokens(_message_text(messages))
-        if completion_tokens is None:
-            completion_tokens = count_tokens(text)
-        prompt_tokens, completion_tokens = int(prompt_tokens), int(completion_tokens)
-        self._count(calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        reserved = self._reserve(messages, max_tokens)
+        cost = 0.0
+        try:
+            resp, text = self._with_retries("chat request", request)
+            usage = getattr(resp, "usage", None)
+            prompt_tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
+            completion_tokens = getattr(usage, "completion_tokens", None) if usage is not None else None
+            if prompt_tokens is None:
+                prompt_tokens = count_tokens(_message_text(messages))
+            if completion_tokens is None:
+                completion_tokens = count_tokens(text)
+            prompt_tokens, completion_tokens = int(prompt_tokens), int(completion_tokens)
+            cost = self._count(calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        finally:
+            if reserved is not None:
+                budgets.current().settle(reserved, cost)
         if key is not None and text:
             self.cache.put(key, {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
         return ChatResult(text=text, cached=False, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+
+    def _reserve(self, messages: list[dict], max_tokens: int | None) -> float | None:
+        """Under a budget, hold this call's worst-case cost (None without a budget); past it, open
+        the circuit with LLMBudgetExceeded and raise it: no request is made."""
+        accountant = budgets.current()
+        if accountant.limit_usd is None:
+            return None
+        self._check_cancelled()
+        self._check_open()
+        price = self.pricing.price
+        if price is None:
+            raise self._stop_for_budget(
+                f"a budget is set (GRAPHRAG_MAX_COST_USD={accountant.limit_usd:g}) but the price of the model is "
+                f"unknown: {self.pricing.unknown_reason}"
+            )
+        worst = budgets.worst_case_usd(price, count_tokens(_message_text(messages)), max_tokens)
+        refusal = accountant.reserve(worst)
+        if refusal is None:
+            return worst
+        raise self._stop_for_budget(
+            f"the LLM budget GRAPHRAG_MAX_COST_USD=${refusal.limit_usd:g} would be exceeded: "
+            f"${refusal.spent_usd:.4f} spent so far"
+            + (f" and ${refusal.reserved_usd:.4f} held by calls in flight" if refusal.reserved_usd else "")
+            + f", the next call may cost up to ${refusal.needed_usd:.4f}, so no further calls are made"
+        )
+
+    def _stop_for_budget(self, message: str) -> LLMBudgetExceeded:
+        with self._cond:
+            if self._circuit is None:
+                self._circuit = LLMBudgetExceeded(message, endpoint=self._endpoint)
+                self._cond.notify_all()
+                log.error("%s", self._circuit)
+        return self._circuit_error()
 
     def chat_many(self, calls: list[dict]) -> list[ChatResult | LLMError]:
         """Run several ``chat`` calls (each dict = its kwargs) in threads, at most ``max_concurrent``
@@ -678,7 +746,7 @@ class LLMClient:
         for start in range(0, len(missing), EMBEDDING_BATCH):
             batch = missing[start : start + EMBEDDING_BATCH]
             rows, tokens = self._embed_batch(batch)
-            self._count(calls=1, prompt_tokens=tokens)
+            self._count(calls=1, prompt_tokens=tokens, priced=False)  # the price table is for the chat model
             fresh = {}
             for text, row in zip(batch, rows):
                 vectors[text] = row

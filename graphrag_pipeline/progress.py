@@ -216,7 +216,13 @@ class Tracker(Reporter):
             step, since = self._steps[-1] if self._steps else (None, now)
             usages = list(self._usage.values())
             calls = sum(u.calls for u in usages)
-            costs = [c for u in usages if (c := getattr(u, "cost_usd", None)) is not None]
+            # a client all of whose calls were at an unknown price (a local server) has no cost to show
+            costs = [
+                c
+                for u in usages
+                if (c := getattr(u, "cost_usd", None)) is not None
+                and not (u.calls and getattr(u, "unpriced_calls", 0) >= u.calls)
+            ]
             llm = LLMView(
                 calls=calls,
                 cache_hits=sum(u.cache_hits for u in usages),

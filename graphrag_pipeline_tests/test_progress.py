@@ -82,18 +82,16 @@ def test_tasks_end_with_their_step_and_restart_at_zero():
 def test_llm_usage_sums_clients_and_counts_threads_exactly():
     clock = Clock()
     t = Tracker(clock=clock)
-    t.llm_usage(1, LLMUsage(calls=3, cache_hits=1, prompt_tokens=300, completion_tokens=30))
-    t.llm_usage(2, LLMUsage(calls=1, prompt_tokens=100, completion_tokens=10))
-    t.llm_usage(1, LLMUsage(calls=5, cache_hits=1, prompt_tokens=500, completion_tokens=50))  # newer totals
-    llm = t.snapshot().llm
+    # calls at an unknown price (a local server): no cost to show
+    t.llm_usage(1, LLMUsage(calls=3, cache_hits=1, prompt_tokens=300, completion_tokens=30, unpriced_calls=3))
+    t.llm_usage(2, LLMUsage(calls=1, prompt_tokens=100, completion_tokens=10, unpriced_calls=1))
+    t.llm_usage(1, LLMUsage(calls=5, cache_hits=1, prompt_tokens=500, completion_tokens=50, unpriced_calls=5))
+    llm = t.snapshot().llm  # newer totals of client 1 replace its older ones
     assert (llm.calls, llm.cache_hits, llm.tokens, llm.cost_usd) == (6, 1, 660, None)  # no cost counted
 
-    class Priced(LLMUsage):
-        cost_usd = 0.25
-
-    t.llm_usage(3, Priced(calls=2))
+    t.llm_usage(3, LLMUsage(calls=2, cost_usd=0.05))
     clock.now += 2
-    t.llm_usage(3, Priced(calls=6))
+    t.llm_usage(3, LLMUsage(calls=6, cost_usd=0.25))
     snap = t.snapshot()
     assert snap.llm.cost_usd == 0.25 and snap.llm.calls == 12 and snap.llm.calls_per_s == pytest.approx(3.0)
     assert "LLM 12 calls (3.0/s), 660 tokens (600 in, 60 out), $0.250, 1 cached" in plain_line(snap)

@@ -569,8 +569,8 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
     if limit is not None and pricing.price is None:
         return f"GRAPHRAG_MAX_COST_USD={limit:g} is set, but the cost of calls is unknown: {pricing.unknown_reason}"
     # the dry run costs about three times the offline extraction of what is processed, plus reading and
-    # clustering the documents kept: worth it before a paid build with a budget, not before every update
-    if plan.stale and (limit is not None or setting("GRAPHRAG_ESTIMATE_ON_BUILD")):
+    # clustering every document kept: asked for, not made before every update (the budget needs none)
+    if plan.stale and setting("GRAPHRAG_ESTIMATE_ON_BUILD"):
         try:
             estimate = estimate_home(paths, corpus, method, stale=plan.stale, files=plan.files, remember=True)
         except Exception as exc:  # noqa: BLE001 - the estimate informs; it must not stop the build

@@ -139,8 +139,8 @@ SETTINGS: dict[str, Setting] = {
             "GRAPHRAG_ESTIMATE_ON_BUILD",
             "bool",
             "false",
-            "make the cost estimate (a dry run, see `build --estimate`) when a build with an LLM method starts; "
-            "always made when GRAPHRAG_MAX_COST_USD is set",
+            "make the cost estimate (a dry run, see `build --estimate`) when a build with an LLM method starts "
+            "(its cost grows with the corpus: off by default)",
         ),
         Setting(
             "GRAPHRAG_PRICE_INPUT_PER_MTOK",

@@ -42,14 +42,46 @@ def test_price_settings_are_checked():
 
 
 def test_budget_accountant_reserves_the_worst_case_and_settles():
+    import threading
+    import time
+
     from graphrag_pipeline.llm.budget import BudgetAccountant
 
     acc = BudgetAccountant(1.0)
     assert acc.reserve(0.6) is None
-    refusal = acc.reserve(0.5)  # 0.6 held by a call in flight
-    assert refusal is not None and refusal.reserved_usd == pytest.approx(0.6)
+    # 0.6 held by a call in flight: the next call waits for it instead of being refused (a
+    # reservation is a worst case, most of which comes back), and goes once it has settled
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(acc.reserve(0.5, poll_s=0.05)))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and not got
     acc.settle(0.6, 0.2)
-    assert acc.reserve(0.5) is None and acc.spent_usd == pytest.approx(0.2)
+    waiter.join(5)
+    assert got == [None] and acc.spent_usd == pytest.approx(0.2) and acc.reserved_usd == pytest.approx(0.5)
+    acc.settle(0.5, 0.3)
+    # refused only when what was really spent and this call's worst case pass the limit
+    refusal = acc.reserve(0.6)
+    assert refusal is not None and refusal.spent_usd == pytest.approx(0.5) and acc.reserved_usd == 0
+    # a stop (cancel) ends a wait for calls in flight
+    assert acc.reserve(0.4) is None
+    assert acc.reserve(0.4, stopped=lambda: True, poll_s=0.01) is not None
+
+
+def test_only_pipeline_step_clients_are_held_to_a_build_budget(monkeypatch):
+    """A query or `serve` client is not a build: GRAPHRAG_MAX_COST_USD does not stop it."""
+    from graphrag_pipeline.llm import budget
+    from graphrag_pipeline.llm.client import LLMClient
+    from graphrag_pipeline.llm.pricing import Price, Pricing
+
+    monkeypatch.setattr(budget, "_current", budget.BudgetAccountant(0.0))
+    priced = Pricing("m", Price(1.0, 1.0, "test"))
+    messages = [{"role": "user", "content": "hello"}]
+    query = LLMClient(model="m", api_key="k", base_url="http://127.0.0.1:9", pricing=priced)
+    assert query._reserve(messages, 10) is None  # nothing held, nothing refused
+    step = LLMClient(model="m", api_key="k", base_url="http://127.0.0.1:9", pricing=priced, budgeted=True)
+    with pytest.raises(Exception, match="budget"):
+        step._reserve(messages, 10)
 
 
 def test_an_old_ledger_gains_the_cost_columns(tmp_path):
@@ -247,9 +279,17 @@ def test_a_budget_with_an_unknown_price_is_refused(server, corpus, home, monkeyp
     assert server.chat_count == 0
 
 
-def test_a_build_makes_no_dry_run_unless_asked_or_under_a_budget(server, corpus, monkeypatch):
+def test_a_build_makes_no_dry_run_unless_asked(server, corpus, monkeypatch):
     """The dry run costs about three times the offline extraction: not paid before every update."""
     monkeypatch.delenv("GRAPHRAG_ESTIMATE_ON_BUILD")
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out
     assert "estimate:" not in out and "LLM: " in out.splitlines()[-1]
+
+
+def test_materializations_from_before_code_versions_are_not_reported_stale():
+    """An upgraded home: what settings its partitions were built under is not recorded."""
+    from graphrag_pipeline.defs.staleness import _code_version_of
+
+    assert _code_version_of("v1|light|m@3f2a-run") == "v1|light|m"
+    assert _code_version_of("9c1e0b7d2a") is None and _code_version_of(None) is None

@@ -410,3 +410,30 @@ def test_a_home_written_before_page_columns_reads_and_a_later_build_republishes(
     assert pdf_sources and all(s["pages"] for s in pdf_sources), result["chunks"]
     code, out = cli("verify")
     assert code == 0, out
+
+
+def test_old_and_new_chunk_files_read_together_across_read_batches(tmp_path, monkeypatch):
+    """An upgraded home: most chunk files lack the page columns, a document written since has them;
+    the many-file readers work in batches, and a batch of old files must join one with new ones."""
+    import polars as pl
+
+    from graphrag_pipeline.storage import store as store_module
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import CHUNK_ROWS, Store
+
+    monkeypatch.setattr(store_module, "READ_BATCH", 2)
+    store = Store(Paths(tmp_path / "home"))
+    old_schema = {k: v for k, v in CHUNK_ROWS.items() if k not in ("page_start", "page_end", "section")}
+    folder = store.paths.doc_dir("chunks")
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = ["a.txt", "b.txt", "c.pdf"]
+    for key in keys[:2]:
+        row = {"chunk_id": [f"id-{key}"], "doc_id": [key], "doc": [key], "position": [0], "text": ["x"], "tokens": [1]}
+        pl.DataFrame(row, schema=old_schema).write_parquet(folder / f"{key}.parquet")
+    new = {"chunk_id": ["id-c"], "doc_id": ["c.pdf"], "doc": ["c.pdf"], "position": [0], "text": ["y"], "tokens": [1]}
+    new.update(page_start=[3], page_end=[4], section=["S"])
+    store.write_chunks("c.pdf", pl.DataFrame(new, schema=CHUNK_ROWS), {})
+    for read in (store.read_all_chunks, store.scan_all_chunks):
+        rows = read(keys).sort("doc_id")
+        assert rows.columns == list(CHUNK_ROWS) and rows.height == 3
+        assert rows["page_start"].to_list() == [None, None, 3] and rows["section"].to_list() == [None, None, "S"]

@@ -104,6 +104,9 @@ def main() -> int:
                 GRAPHRAG_LLM_MODEL="qwen2.5:7b",
                 GRAPHRAG_MAX_CONCURRENT_CHATS="4",
                 GRAPHRAG_PROGRESS_INTERVAL="0",
+                # a price, so the display shows the cost so far (a local server has none in the table)
+                GRAPHRAG_PRICE_INPUT_PER_MTOK="0.15",
+                GRAPHRAG_PRICE_OUTPUT_PER_MTOK="0.60",
             )
 
             def tidy(text: str) -> str:  # the paths a reader would have

@@ -128,6 +128,7 @@ class LLMSettings(_FromSettings):
             timeout_s=float(self.timeout_s),
             max_retries=self.max_retries,
             embedding_model=env_settings.endpoint_embedding_model(self.embedding_model),
+            budgeted=True,  # a pipeline step's client: a build's budget holds for it
         )
 
     def extraction_settings(self, method: str):

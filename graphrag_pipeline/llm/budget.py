@@ -39,22 +39,36 @@ class BudgetAccountant:
         self.spent_usd = 0.0
         self.reserved_usd = 0.0
         self.refused = 0
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
 
-    def reserve(self, usd: float) -> Refusal | None:
-        """Hold ``usd`` for a call about to be made; a Refusal (nothing held) when it would pass the limit."""
-        with self._lock:
-            if self.limit_usd is not None and self.spent_usd + self.reserved_usd + usd > self.limit_usd + 1e-12:
-                self.refused += 1
-                return Refusal(self.limit_usd, self.spent_usd, self.reserved_usd, usd)
-            self.reserved_usd += usd
-            return None
+    def reserve(self, usd: float, *, stopped=lambda: False, poll_s: float = 0.5) -> Refusal | None:
+        """Hold ``usd`` for a call about to be made; a Refusal (nothing held) when what was spent
+        and this call could pass the limit. When only the calls in flight stand in the way, wait
+        for them to settle (their reservations are worst cases, most of which is given back): a
+        budget is never declared spent by reservations alone. ``stopped()`` ends a wait early
+        (the caller then checks why); it is polled every ``poll_s`` seconds."""
+        with self._cond:
+            while True:
+                if self.limit_usd is not None and self.spent_usd + usd > self.limit_usd + 1e-12:
+                    self.refused += 1
+                    return Refusal(self.limit_usd, self.spent_usd, self.reserved_usd, usd)
+                if (
+                    self.limit_usd is None
+                    or self.reserved_usd == 0
+                    or self.spent_usd + self.reserved_usd + usd <= self.limit_usd + 1e-12
+                ):
+                    self.reserved_usd += usd
+                    return None
+                if stopped():
+                    return Refusal(self.limit_usd, self.spent_usd, self.reserved_usd, usd)
+                self._cond.wait(poll_s)
 
     def settle(self, reserved_usd: float, actual_usd: float) -> None:
         """The call reserved ``reserved_usd`` and cost ``actual_usd`` (0 when it failed)."""
-        with self._lock:
+        with self._cond:
             self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
             self.spent_usd += actual_usd
+            self._cond.notify_all()
 
 
 _lock = threading.Lock()
@@ -63,7 +77,8 @@ _current: BudgetAccountant | None = None
 
 def current() -> BudgetAccountant:
     """The process's accountant: the one the build started, else one with GRAPHRAG_MAX_COST_USD
-    as its limit (a step process of a run launched from the UI)."""
+    as its limit (a step process of a run launched from the UI). Only the clients of pipeline steps
+    consult it (`LLMClient(budgeted=True)`): queries and `serve` are not builds."""
     global _current
     with _lock:
         if _current is None:

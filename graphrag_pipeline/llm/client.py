@@ -225,13 +225,15 @@ class LLMClient:
         breaker: int | None = None,
         max_call_s: float | None = None,
         pricing: Pricing | None = None,
+        budgeted: bool = False,
     ):
         """breaker: consecutive failed calls after which every call fails at once (None: the
         ``GRAPHRAG_LLM_BREAKER`` variable, else 3; 0: never). max_call_s: no retry is started that
         would begin later than this after the call's first request (None: ``max(60, 2 x
         timeout_s)``); one call thus takes at most about ``max_call_s + timeout_s``. pricing: the
-        price of ``model`` (None: looked up for the model and endpoint, see llm/pricing.py); under a
-        budget (GRAPHRAG_MAX_COST_USD) every request first reserves its worst-case cost."""
+        price of ``model`` (None: looked up for the model and endpoint, see llm/pricing.py).
+        budgeted: the client of a pipeline step: under a budget (GRAPHRAG_MAX_COST_USD) every request
+        first reserves its worst-case cost (queries and `serve` are not limited by a build's budget)."""
         import openai
 
         if max_concurrent < 1:
@@ -267,6 +269,7 @@ class LLMClient:
         self._client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
         self._endpoint = redact_url(str(self._client.base_url))
         self.pricing = pricing if pricing is not None else pricing_for(model, self._endpoint)
+        self.budgeted = budgeted
         self._openai = openai
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._cancel = threading.Event()
@@ -667,6 +670,8 @@ class LLMClient:
     def _reserve(self, messages: list[dict], max_tokens: int | None) -> float | None:
         """Under a budget, hold this call's worst-case cost (None without a budget); past it, open
         the circuit with LLMBudgetExceeded and raise it: no request is made."""
+        if not self.budgeted:
+            return None
         accountant = budgets.current()
         if accountant.limit_usd is None:
             return None
@@ -679,9 +684,11 @@ class LLMClient:
                 f"unknown: {self.pricing.unknown_reason}"
             )
         worst = budgets.worst_case_usd(price, count_tokens(_message_text(messages)), max_tokens)
-        refusal = accountant.reserve(worst)
+        refusal = accountant.reserve(worst, stopped=lambda: self._cancel.is_set() or self._circuit is not None)
         if refusal is None:
             return worst
+        self._check_cancelled()  # the wait for calls in flight ended by a stop, not by the budget
+        self._check_open()
         raise self._stop_for_budget(
             f"the LLM budget GRAPHRAG_MAX_COST_USD=${refusal.limit_usd:g} would be exceeded: "
             f"${refusal.spent_usd:.4f} spent so far"

@@ -53,6 +53,8 @@ def with_chunk_columns(df: pl.DataFrame) -> pl.DataFrame:
     return (df.with_columns(missing) if missing else df).select(list(CHUNK_ROWS)).cast(CHUNK_ROWS)
 
 
+READ_BATCH = 2000  # files DuckDB reads in one query when many documents' tables are read
+
 # the Parquet files of each per-document asset (each also has a `<key>.json` info file, written last)
 DOC_TABLES = {"chunks": (".parquet",), "doc_subgraph": (".entities.parquet", ".relations.parquet")}
 
@@ -212,15 +214,16 @@ class Store:
             return pl.DataFrame(schema=schema)
         frames = []
         # DuckDB reads thousands of small Parquet files far faster than a Python loop
-        for start in range(0, len(files), 2000):
-            part = files[start : start + 2000]
+        for start in range(0, len(files), READ_BATCH):
+            part = files[start : start + READ_BATCH]
             try:
                 rel = duckdb.sql(f"SELECT * FROM read_parquet({part!r}, union_by_name=true)")
                 frames.append(pl.from_arrow(rel.to_arrow_table()))
             except duckdb.Error as exc:
                 _raise_damaged(part, exc)
                 raise
-        rows = pl.concat(frames, how="vertical_relaxed")
+        # batches may differ in columns (an older home: chunk files without the page columns)
+        rows = pl.concat(frames, how="diagonal_relaxed")
         return rows.select(list(schema)).cast(schema) if select else rows
 
     def _valid(self, keys: list[str]) -> list[str]:

@@ -535,3 +535,19 @@ def test_wrapped_and_differently_keyed_objects():
     assert parse_report_json("[" + report_json() + "]")["rating"] == 7.5
     parsed = parse_report_json('{"Title": "T", "SUMMARY": "S", "ratingExplanation": "E", "Rating": "9"}')
     assert (parsed["title"], parsed["summary"], parsed["rating_explanation"], parsed["rating"]) == ("T", "S", "E", 9.0)
+
+
+def test_a_stored_report_is_reused_only_by_the_same_model_prompt_and_language(monkeypatch):
+    """A backfill after a new model, an edited report prompt or another language writes reports again."""
+    from types import SimpleNamespace
+
+    from graphrag_pipeline.llm import prompts
+    from graphrag_pipeline.reports.llm import report_generator
+
+    a, b = SimpleNamespace(model="model-a"), SimpleNamespace(model="model-b")
+    assert report_generator(None) == "extractive"
+    first = report_generator(a, "English")
+    assert first.startswith("llm:model-a#") and first == report_generator(a, "English")
+    assert report_generator(b, "English") != first and report_generator(a, "French") != first
+    monkeypatch.setattr(prompts, "COMMUNITY_REPORT", prompts.COMMUNITY_REPORT + "\nBe brief.")
+    assert report_generator(a, "English") != first

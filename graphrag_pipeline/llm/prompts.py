@@ -231,12 +231,15 @@ EXTRACTION_TEXTS = {
 FORMAT_TEXTS = ("TUPLE_DELIMITER", "RECORD_DELIMITER", "COMPLETION_DELIMITER")
 
 
-def texts_digest(names) -> str:
-    """A short hash of the named texts of this module: a changed prompt gives another hash."""
+def texts_digest(names, extra: str | None = None) -> str:
+    """A short hash of the named texts of this module (and ``extra``, e.g. the language they are
+    filled with): a changed prompt gives another hash."""
     import hashlib
     import json
 
     texts = {name: globals()[name] for name in names}
+    if extra is not None:
+        texts["\x00extra"] = extra
     return hashlib.sha256(json.dumps(texts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:10]
 
 

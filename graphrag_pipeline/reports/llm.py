@@ -389,10 +389,15 @@ def _fallback(community: dict, nodes: pl.DataFrame, edges: pl.DataFrame) -> Comm
     return report
 
 
-def report_generator(client: ChatClient | None) -> str:
-    """What writes reports with this client (None: the extractive writer); a stored report written by
-    the same generator for the same community id is reused instead of being written again."""
-    return f"llm:{getattr(client, 'model', None) or 'unknown model'}" if client is not None else "extractive"
+def report_generator(client: ChatClient | None, language: str = prompts.DEFAULT_LANGUAGE) -> str:
+    """What writes reports with this client (None: the extractive writer): the model, and a short hash
+    of the report prompt's text and language. A stored report written by the same generator for the
+    same community id is reused instead of being written again; one written with another model or
+    an edited prompt is not (`llm:<model>`, without the hash, is how reports read before the hash)."""
+    if client is None:
+        return "extractive"
+    model = getattr(client, "model", None) or "unknown model"
+    return f"llm:{model}#{prompts.texts_digest(('COMMUNITY_REPORT',), extra=language)}"
 
 
 def llm_report(
@@ -441,7 +446,7 @@ def llm_report(
             findings=[Finding(f["summary"], f["explanation"]) for f in parsed["findings"]],
             entities=sub_nodes["name"].to_list(),
             extractive=False,
-            generator=report_generator(client),
+            generator=report_generator(client, language),
         )
         return ReportOutcome(report, fallback=False, attempts=attempt + 1)
     return ReportOutcome(

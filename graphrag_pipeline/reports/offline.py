@@ -30,7 +30,9 @@ class CommunityReport:
     findings: list[Finding] = field(default_factory=list)
     entities: list[str] = field(default_factory=list)  # display names of members
     extractive: bool = True
-    generator: str = ""  # what wrote it: "extractive", "llm:<model>", "extractive-fallback" ("" in older files)
+    generator: str = (
+        ""  # what wrote it: "extractive", "llm:<model>#<prompt hash>", "extractive-fallback" ("" in older files)
+    )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -61,7 +61,7 @@ def write_reports(
             children.setdefault(row["parent_id"], []).append(row["community_id"])
     result = ReportsResult()
     result.superseded = [k for k in partition_keys if k not in table]
-    generator = report_generator(client)
+    generator = report_generator(client, language)
     result.reused = [
         k for k in partition_keys if k in table and (r := store.read_report(k)) and r.generator == generator
     ]

@@ -10,6 +10,7 @@ export GRAPHRAG_HOME ?= $(CURDIR)/.graphrag
 help:
 	@echo "make demo   - create the environment, build the bundled corpus offline, run sample queries"
 	@echo "make test   - create the environment if needed, lint (ruff check + format --check), run the full test suite"
+	@echo "              (the suite starts its own PostgreSQL from Debian's binaries in /usr/lib/postgresql/*/bin)"
 	@echo "make dev    - open the Dagster UI (lineage, sensors, backfills) on GRAPHRAG_HOME"
 	@echo "make es-start / es-stop - a local single-node Elasticsearch on 127.0.0.1:9200 (tests use it)"
 	@echo "make browser - install Debian's chromium if missing (the web page tests drive it headless)"

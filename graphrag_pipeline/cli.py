@@ -18,7 +18,7 @@ from graphrag_pipeline.storage.layout import Paths
 
 
 def _prepare_environment(args: argparse.Namespace) -> Paths:
-    """Point Dagster at $GRAPHRAG_HOME/dagster (with the project's dagster.yaml) before it loads."""
+    """Settle GRAPHRAG_HOME and the Dagster instance (DAGSTER_HOME) before Dagster loads."""
     home = Path(args.home).expanduser().resolve() if getattr(args, "home", None) else default_home()
     os.environ["GRAPHRAG_HOME"] = str(home)
     if getattr(args, "corpus", None):
@@ -29,21 +29,66 @@ def _prepare_environment(args: argparse.Namespace) -> Paths:
     if getattr(args, "method", None):
         os.environ["GRAPHRAG_METHOD"] = args.method
     paths = Paths(home).ensure()
-    prepare_dagster_home(paths)
+    try:
+        prepare_dagster_home(paths)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     return paths
 
 
-def prepare_dagster_home(paths: Paths) -> None:
-    """$GRAPHRAG_HOME/dagster with the project's dagster.yaml, as DAGSTER_HOME of this process."""
-    dagster_home = paths.dagster_home
-    dagster_home.mkdir(parents=True, exist_ok=True)
+PRIVATE_INSTANCE = "private"  # the source of a home's own instance, $GRAPHRAG_HOME/dagster
+_CHOSEN_INSTANCE: dict[str, str] = {}  # the instance folder this process chose last ("path"), and why ("source")
+
+
+def resolve_dagster_home(paths: Paths, env: dict | None = None) -> tuple[Path, str]:
+    """The Dagster instance folder a build of ``paths`` uses, and which setting chose it:
+
+    1. GRAPHRAG_DAGSTER_HOME, the setting of this project (wins: it is never set by accident);
+    2. an exported DAGSTER_HOME (the instance the user's daemon and UI already use); one this
+       process set itself for an earlier home does not count;
+    3. ``$GRAPHRAG_HOME/dagster``, a private SQLite instance of the home (the default).
+    """
+    from graphrag_pipeline.settings import raw, setting
+
+    env = os.environ if env is None else env
+    if raw("GRAPHRAG_DAGSTER_HOME", env):
+        return setting("GRAPHRAG_DAGSTER_HOME", env), "GRAPHRAG_DAGSTER_HOME"
+    exported = (env.get("DAGSTER_HOME") or "").strip()
+    set_here = _CHOSEN_INSTANCE.get("source") == PRIVATE_INSTANCE and exported == _CHOSEN_INSTANCE.get("path")
+    if exported and not set_here:
+        return Path(exported).expanduser().resolve(), "DAGSTER_HOME"
+    return paths.dagster_home, PRIVATE_INSTANCE
+
+
+def prepare_dagster_home(paths: Paths) -> tuple[Path, str]:
+    """Make the chosen instance folder DAGSTER_HOME of this process; return it and its source.
+
+    Only the home's private instance gets the project's dagster.yaml (copied again when it
+    changed); an instance the user chose is used as it is and its dagster.yaml is never written
+    (without one Dagster uses SQLite files in that folder)."""
+    dagster_home, source = resolve_dagster_home(paths)
+    if source == PRIVATE_INSTANCE:
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        project_yaml = PROJECT_ROOT / "dagster.yaml"
+        target = dagster_home / "dagster.yaml"
+        if project_yaml.exists() and (not target.exists() or target.read_bytes() != project_yaml.read_bytes()):
+            shutil.copyfile(project_yaml, target)
+        elif not target.exists():
+            target.write_text("telemetry:\n  enabled: false\n")
+    elif not dagster_home.is_dir():
+        raise ValueError(f"{source}={dagster_home} is not a folder (a Dagster instance folder, with its dagster.yaml)")
     os.environ["DAGSTER_HOME"] = str(dagster_home)
-    source = PROJECT_ROOT / "dagster.yaml"
-    target = dagster_home / "dagster.yaml"
-    if source.exists() and (not target.exists() or target.read_bytes() != source.read_bytes()):
-        shutil.copyfile(source, target)
-    elif not target.exists():
-        target.write_text("telemetry:\n  enabled: false\n")
+    _CHOSEN_INSTANCE.update(path=str(dagster_home), source=source)
+    return dagster_home, source
+
+
+def describe_instance(instance) -> str:
+    """Which instance this process uses, for the first lines of a build (no credentials: the
+    storage's kind, never its URL)."""
+    source = _CHOSEN_INSTANCE.get("source", "DAGSTER_HOME")
+    where = "the home's private instance" if source == PRIVATE_INSTANCE else f"from {source}"
+    kind = type(instance.run_storage).__name__.removesuffix("RunStorage") or "unknown"
+    return f"Dagster instance {instance.root_directory} ({where}; {kind} storage)"
 
 
 def _say(msg: str) -> None:
@@ -182,7 +227,7 @@ def _describe(events: list, keys: tuple[str, ...]) -> str:
 def _latest_timestamp(instance, asset: str) -> float | None:
     import dagster as dg
 
-    ev = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    ev = instance.get_latest_materialization_event(dg.AssetKey.from_user_string(asset))
     return ev.timestamp if ev else None
 
 
@@ -205,7 +250,7 @@ def downstream_lineage(defs) -> dict[str, list[str]]:
     return {
         key.to_user_string(): sorted(p.to_user_string() for p in graph.get(key).parent_keys)
         for key in graph.toposorted_asset_keys
-        if key in below and graph.get(key).partitions_def is None and key.to_user_string() != "elasticsearch_index"
+        if key in below and graph.get(key).partitions_def is None and key.path[-1] != "elasticsearch_index"
     }
 
 
@@ -336,10 +381,17 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
 
     from graphrag_pipeline.definitions import current_defs
     from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
-    from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, documents_partitions
+    from graphrag_pipeline.defs.partitions import (
+        asset_key,
+        change_partitions,
+        community_partitions,
+        documents_partitions,
+        loaded_for_current_kb,
+        op_name,
+    )
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
     from graphrag_pipeline.llm.client import forget_endpoint_health
-    from graphrag_pipeline.settings import default_corpus, default_method, setting
+    from graphrag_pipeline.settings import DEFAULT_KB, default_corpus, default_method, knowledge_base, setting
     from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
     from graphrag_pipeline.storage.store import Store
@@ -369,8 +421,19 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         print(f"error: corpus directory not found: {corpus}", file=sys.stderr)
         return 2
     os.environ["GRAPHRAG_CORPUS"], os.environ["GRAPHRAG_METHOD"] = str(corpus), method  # what the runs read
+    problem = loaded_for_current_kb()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     instance = dg.DagsterInstance.get()
     _say(f"graphrag-pipeline build: corpus {corpus}, method {method}, home {paths.home}")
+    _say(describe_instance(instance) + f"; knowledge base {knowledge_base()}")
+    if _CHOSEN_INSTANCE.get("source") != PRIVATE_INSTANCE and knowledge_base() == DEFAULT_KB:
+        _say(
+            f"note: GRAPHRAG_KB is not set: this home uses the instance's unscoped partition sets "
+            f"'{documents_partitions.name}' and '{community_partitions.name}'; give every home that shares this "
+            "instance its own GRAPHRAG_KB"
+        )
     for note in chosen.notes:
         _say(f"note: {note}")
     for message in recover_dead_runs(instance):
@@ -414,7 +477,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
 
     ok = True
     batches = plan.batches(args.batch_size)
-    recluster = {"communities": {"config": {"full_recluster": True}}} if args.recluster else None
+    recluster = {op_name("communities"): {"config": {"full_recluster": True}}} if args.recluster else None
     repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
     for problem in repairs:
         _say(f"repairing: {problem}")
@@ -465,7 +528,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             )
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
-            done = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
+            done = instance.get_materialized_partitions(asset_key("community_reports"))
             todo = [k for k in all_keys if k not in done or not store.has_report(k)]
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
             _say(f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write, then publish the index")
@@ -890,7 +953,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if record is not None:  # the UI's sensors and assets follow the home, whatever this shell says
         os.environ["GRAPHRAG_CORPUS"], os.environ["GRAPHRAG_METHOD"] = record.corpus, record.method
         _say(f"this home was built from {record.corpus} with method {record.method}")
-    _say(f"DAGSTER_HOME={paths.dagster_home}")
+    _say(f"DAGSTER_HOME={os.environ['DAGSTER_HOME']} ({_CHOSEN_INSTANCE['source']})")
     local = Path(sys.executable).with_name("dagster")
     exe = str(local) if local.exists() else (shutil.which("dagster") or "dagster")
     extra = args.dagster_args[1:] if args.dagster_args[:1] == ["--"] else args.dagster_args

@@ -30,7 +30,7 @@ def _versioned(versions: tuple[tuple[str, str], ...]) -> dg.Definitions:
     by_key = dict(versions)
 
     def stamp(spec: dg.AssetSpec) -> dg.AssetSpec:
-        version = by_key.get(spec.key.to_user_string())
+        version = by_key.get(spec.key.path[-1])  # the asset's name, without the knowledge base's prefix
         return spec.replace_attributes(code_version=version) if version else spec
 
     with warnings.catch_warnings():

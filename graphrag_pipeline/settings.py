@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 OFFLINE_EMBEDDER = "hashing"  # GRAPHRAG_EMBEDDING_MODEL naming the built-in embedder (no endpoint)
 ES_INDEX_PREFIX = "graphrag-"
+DEFAULT_KB = "default"  # the knowledge base whose instance-wide names are unscoped (homes built before GRAPHRAG_KB)
+KB_PATTERN = r"[a-z][a-z0-9_]{0,39}"  # a Dagster name part and an Elasticsearch alias part, whatever the machine
 
 Env = Mapping[str, str]
 
@@ -38,7 +41,7 @@ class Setting:
     and checked; ``note`` follows the default in messages; ``default_text`` describes a computed one."""
 
     name: str
-    kind: str  # path method int usd bool name text secret list url es_index file
+    kind: str  # path method int usd bool name text secret list url es_index file kb
     default: str | None = None
     help: str = ""
     minimum: int | None = None  # int: the smallest allowed value
@@ -66,7 +69,8 @@ def _method_default(env: Env) -> str:
 
 
 def _es_index_default(env: Env) -> str:
-    return es_index_for(setting("GRAPHRAG_HOME", env))
+    kb = setting("GRAPHRAG_KB", env)
+    return es_index_for(setting("GRAPHRAG_HOME", env)) if kb == DEFAULT_KB else ES_INDEX_PREFIX + kb
 
 
 SETTINGS: dict[str, Setting] = {
@@ -78,6 +82,21 @@ SETTINGS: dict[str, Setting] = {
             help="all state of one knowledge base",
             default_text="`.graphrag` in the checkout",
             compute=_home_default,
+        ),
+        Setting(
+            "GRAPHRAG_KB",
+            "kb",
+            DEFAULT_KB,
+            "the knowledge base's name, the same on every machine: it scopes every name several homes could share "
+            "on one Dagster instance (partition sets, asset keys, run tags) and the default Elasticsearch alias; "
+            f"{DEFAULT_KB} keeps the unscoped names of earlier versions",
+        ),
+        Setting(
+            "GRAPHRAG_DAGSTER_HOME",
+            "path",
+            help="the Dagster instance (a folder with its dagster.yaml, e.g. for Postgres) builds use; its "
+            "dagster.yaml is never written",
+            default_text="DAGSTER_HOME when exported, else $GRAPHRAG_HOME/dagster (a private SQLite instance)",
         ),
         Setting(
             "GRAPHRAG_CORPUS",
@@ -163,7 +182,8 @@ SETTINGS: dict[str, Setting] = {
             "GRAPHRAG_ES_INDEX",
             "es_index",
             help="the alias of this knowledge base",
-            default_text=f"{ES_INDEX_PREFIX}<hash of GRAPHRAG_HOME>",
+            default_text=f"{ES_INDEX_PREFIX}<GRAPHRAG_KB> when GRAPHRAG_KB is set, else {ES_INDEX_PREFIX}<hash of "
+            "GRAPHRAG_HOME>",
             compute=_es_index_default,
         ),
         Setting("GRAPHRAG_ES_API_KEY", "secret", help="API key authentication"),
@@ -231,6 +251,13 @@ def _parse(s: Setting, text: str) -> Any:
         return method
     if s.kind in ("es_index", "url"):
         return text.strip()
+    if s.kind == "kb":
+        name = text.strip()
+        if not re.fullmatch(KB_PATTERN, name):
+            raise ValueError(
+                f"{s.name} must be 1-40 lowercase letters, digits or _, starting with a letter, got {text!r}"
+            )
+        return name
     return text
 
 
@@ -271,6 +298,18 @@ def endpoint_embedding_model(name: str | None) -> str | None:
 def default_home() -> Path:
     """`GRAPHRAG_HOME`, else `.graphrag` inside the project checkout (git-ignored), else ~/.graphrag."""
     return setting("GRAPHRAG_HOME")
+
+
+def knowledge_base(env: Env | None = None) -> str:
+    """GRAPHRAG_KB: the name that scopes this knowledge base's instance-wide names."""
+    return setting("GRAPHRAG_KB", env)
+
+
+def kb_scoped(name: str, env: Env | None = None, sep: str = "__") -> str:
+    """``name`` for this knowledge base: unchanged for the default one (what earlier versions
+    wrote stays valid), ``name__<kb>`` for any other."""
+    kb = knowledge_base(env)
+    return name if kb == DEFAULT_KB else f"{name}{sep}{kb}"
 
 
 def default_corpus() -> Path:

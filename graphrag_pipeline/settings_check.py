@@ -148,6 +148,17 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
     if prices[0] != prices[1]:
         add("GRAPHRAG_PRICE_INPUT_PER_MTOK and GRAPHRAG_PRICE_OUTPUT_PER_MTOK must be set together (or neither)")
 
+    for name in (s.name for s in SETTINGS.values() if s.kind == "kb"):
+        raw = _value(env, name)
+        if raw is not None:
+            try:
+                parse_setting(name, env)
+            except ValueError:
+                add(
+                    f"{name}={_show(raw)}: must be 1-40 lowercase letters, digits or _, starting with a letter "
+                    f"(default {SETTINGS[name].describe_default()})"
+                )
+
     types = _value(env, "GRAPHRAG_ENTITY_TYPES")
     if types is not None and not parse_list(types):
         add(

@@ -17,7 +17,7 @@ import dagster as dg
 from graphrag_pipeline import progress as progress_events
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
-from graphrag_pipeline.defs.partitions import documents_partitions
+from graphrag_pipeline.defs.partitions import KEY_PREFIX, documents_partitions
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.extract.batch import extract_documents
@@ -46,6 +46,7 @@ def _refuse_invalid_keys(keys: list[str]) -> None:
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     partitions_def=documents_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="documents",
@@ -114,6 +115,7 @@ def chunks(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     partitions_def=documents_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     deps=[chunks],

@@ -15,7 +15,13 @@ from graphrag_pipeline.defs import (
 )  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
-from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
+from graphrag_pipeline.defs.partitions import (
+    KEY_PREFIX,
+    asset_key,
+    change_partitions,
+    community_partitions,
+    document_keys,
+)
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.communities import update_communities
@@ -56,6 +62,7 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     deps=[document_assets.doc_subgraph],
     group_name="graph",
     kinds={"polars", "networkx"},
@@ -122,6 +129,7 @@ def knowledge_graph(
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     deps=[knowledge_graph],
     group_name="graph",
     kinds={"polars", "networkx"},
@@ -181,6 +189,7 @@ class CommunitiesConfig(dg.Config):
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     deps=[resolved_graph],
     group_name="graph",
     kinds={"polars"},
@@ -201,7 +210,7 @@ def communities(
     )
     previous = store.read_community_state()
     instance = context.instance
-    written = instance.get_materialized_partitions(dg.AssetKey("community_reports"))
+    written = instance.get_materialized_partitions(asset_key("community_reports"))
     lost = {k for k in written if not store.has_report(k)}  # counted as written, but the file is gone
     started = time.perf_counter()
     update = update_communities(
@@ -280,6 +289,7 @@ def communities(
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     deps=[communities],
     partitions_def=community_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),

@@ -10,7 +10,7 @@ import polars as pl
 from graphrag_pipeline.defs import document_assets, graph_assets
 from graphrag_pipeline.defs.graph_assets import EAGER
 from graphrag_pipeline.defs.metadata import OWNERS, md_table
-from graphrag_pipeline.defs.partitions import document_keys
+from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.mentions import all_chunks
@@ -58,6 +58,7 @@ def _incomplete(message: str, verdict) -> dg.Failure:
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     deps=[
         graph_assets.resolved_graph,
         graph_assets.communities,
@@ -146,6 +147,7 @@ def search_index(
 
 
 @dg.asset(
+    key_prefix=KEY_PREFIX,
     deps=[search_index],
     group_name="index",
     kinds={"elasticsearch"},

@@ -12,6 +12,7 @@ import dagster as dg
 CLI_TAG = "graphrag/cli"  # runs started by `graphrag-pipeline build` (in its own process)
 PID_TAG = "graphrag/pid"
 HOST_TAG = "graphrag/host"
+KB_TAG = "graphrag/kb"  # the knowledge base (GRAPHRAG_KB) a build run is for: homes can share one instance
 LLM_POOL = "llm"
 
 _IN_PROGRESS = [
@@ -23,7 +24,9 @@ _IN_PROGRESS = [
 
 
 def cli_run_tags() -> dict[str, str]:
-    return {CLI_TAG: "build", PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    from graphrag_pipeline.settings import knowledge_base
+
+    return {CLI_TAG: "build", PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(), KB_TAG: knowledge_base()}
 
 
 def _alive(pid: int) -> bool:
@@ -41,16 +44,23 @@ def recover_dead_runs(instance: dg.DagsterInstance, *, home_locked: bool = True)
     free the pool slots they hold; free the slots of any run that is no longer in progress.
 
     With the home's build lock held no other build of this home runs, so an in-progress build run of
-    this host whose process is gone (or is not a build any more) is dead. Runs started elsewhere (the
-    UI, the daemon) are left to Dagster's run monitoring. Returns one message per repair."""
+    this host whose process is gone (or is not a build any more) is dead. The lock says nothing
+    about another knowledge base's builds on a shared instance (runs tagged with another
+    GRAPHRAG_KB, or untagged ones of the default before the tag existed): theirs count as dead
+    only when their process is gone. Runs started elsewhere (the UI, the daemon) are left to
+    Dagster's run monitoring. Returns one message per repair."""
+    from graphrag_pipeline.settings import DEFAULT_KB, knowledge_base
+
     messages = []
     host = socket.gethostname()
+    kb = knowledge_base()
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS)):
         tags = run.tags
         if tags.get(CLI_TAG) != "build" or tags.get(HOST_TAG) != host:
             continue
         pid = int(tags.get(PID_TAG) or 0)
-        if pid == os.getpid() or (not home_locked and pid and _alive(pid)):
+        locked = home_locked and tags.get(KB_TAG, DEFAULT_KB) == kb
+        if pid == os.getpid() or (not locked and pid and _alive(pid)):
             continue
         reason = f"the build process that ran it (pid {pid}) is gone"
         instance.report_run_failed(run, message=f"Marked failed by a later build: {reason}.")

@@ -6,6 +6,7 @@ import dagster as dg
 from graphrag_pipeline.defs import document_assets as docs
 from graphrag_pipeline.defs import graph_assets as graph
 from graphrag_pipeline.defs import index_assets as index
+from graphrag_pipeline.defs.partitions import op_name
 
 documents_job = dg.define_asset_job(
     "documents_job",
@@ -47,6 +48,6 @@ publish_job = dg.define_asset_job(
 recluster_job = dg.define_asset_job(
     "recluster_job",
     selection=[graph.communities],
-    config={"ops": {"communities": {"config": {"full_recluster": True}}}},
+    config={"ops": {op_name("communities"): {"config": {"full_recluster": True}}}},
     description="Cluster the communities from scratch instead of updating the kept partition.",
 )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from graphrag_pipeline.defs.partitions import asset_key
+
 DOCUMENT_ASSETS = ("chunks", "doc_subgraph")
 
 
@@ -24,7 +26,7 @@ def stale_by_code_version(instance: dg.DagsterInstance, defs: dg.Definitions, ke
     wanted = None if keys is None else set(keys)
     out: dict[str, list[str]] = {}
     for name in DOCUMENT_ASSETS:
-        key = dg.AssetKey(name)
+        key = asset_key(name)
         version = graph.get(key).code_version
         if not version:
             continue

@@ -52,7 +52,7 @@ class EsConfig:
     def from_env(cls, home: str | os.PathLike | None = None) -> EsConfig | None:
         """The configuration the GRAPHRAG_ES_* settings give, for the home `home` (default:
         GRAPHRAG_HOME's); None when GRAPHRAG_ES_URL is unset."""
-        from graphrag_pipeline.settings import es_index_for, raw, setting
+        from graphrag_pipeline.settings import DEFAULT_KB, es_index_for, raw, setting
 
         url = setting("GRAPHRAG_ES_URL")
         if not url:
@@ -61,7 +61,7 @@ class EsConfig:
         return cls(
             url=redact_url(url, keep_query=True),
             alias=setting("GRAPHRAG_ES_INDEX")
-            if raw("GRAPHRAG_ES_INDEX")
+            if raw("GRAPHRAG_ES_INDEX") or setting("GRAPHRAG_KB") != DEFAULT_KB
             else es_index_for(home or setting("GRAPHRAG_HOME")),
             api_key=raw("GRAPHRAG_ES_API_KEY"),
             username=raw("GRAPHRAG_ES_USERNAME") or (parts.username or None),

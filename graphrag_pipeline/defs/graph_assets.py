@@ -60,6 +60,7 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,
+    pool="llm",  # long descriptions are summarised by the LLM (methods other than fast)
     owners=OWNERS,
     tags={"stage": "graph", "llm": "summaries"},
     description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
@@ -126,6 +127,7 @@ def knowledge_graph(
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,
+    pool="llm",  # candidate pairs are judged by the LLM (GRAPHRAG_LLM_RESOLUTION)
     owners=OWNERS,
     tags={"stage": "graph", "llm": "resolution"},
     description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",

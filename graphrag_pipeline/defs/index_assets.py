@@ -66,6 +66,7 @@ def _incomplete(message: str, verdict) -> dg.Failure:
     ],
     group_name="index",
     kinds={"duckdb"},
+    pool="llm",  # embeddings come from the endpoint when GRAPHRAG_EMBEDDING_MODEL names a model
     owners=OWNERS,
     tags={"stage": "index"},
     automation_condition=PUBLISH_WHEN_SETTLED,

@@ -15,7 +15,13 @@ from graphrag_pipeline.defs import (
 )  # the module, not its assets: each asset is loaded once, from its own file
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
-from graphrag_pipeline.defs.partitions import change_partitions, community_partitions, document_keys
+from graphrag_pipeline.defs.partitions import (
+    change_partitions,
+    community_partitions,
+    document_keys,
+    missing_inputs_failure,
+    not_materialized,
+)
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.communities import update_communities
@@ -24,6 +30,7 @@ from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_re
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
 from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCircuitOpen
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
+from graphrag_pipeline.storage.store import MissingInputError
 
 EAGER = dg.AutomationCondition.eager()
 
@@ -71,7 +78,12 @@ def knowledge_graph(
 ) -> dg.MaterializeResult:
     store = settings.store()
     keys = document_keys(context.instance)
-    merged = update_merged_graph(store, keys)
+    # a document not extracted yet may have no subgraph; every extracted one must have its files
+    pending = not_materialized(context.instance, "doc_subgraph", keys)
+    try:
+        merged = update_merged_graph(store, keys, optional=pending)
+    except MissingInputError as exc:
+        raise missing_inputs_failure(exc, "knowledge_graph") from None
     step = StepLLM("knowledge_graph", settings, llm, used=settings.method != "fast")
     with endpoint_down_fails_the_step(step):
         nodes, edges, summary = summarise_long_descriptions(
@@ -105,6 +117,7 @@ def knowledge_graph(
     return dg.MaterializeResult(
         metadata={
             "documents": len(keys),
+            "documents_not_extracted": len(pending),
             "entities": nodes.height,
             "relations": edges.height,
             "dagster/row_count": nodes.height,

@@ -337,6 +337,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         return EXIT_BUSY
     try:
         interrupts.install()
+        from graphrag_pipeline.defs.instance_ops import install_sleeping_slot_wait
+
+        install_sleeping_slot_wait(say=_say)  # a step waiting for a pool slot sleeps and can be stopped
         _DAGSTER_LOG_LEVEL["level"] = "INFO" if args.verbose else "WARNING"
         from graphrag_pipeline.cli_progress import BuildProgress
         from graphrag_pipeline.settings import setting

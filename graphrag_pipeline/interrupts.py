@@ -14,7 +14,9 @@ or daemon are stopped by Dagster's own termination.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import time
 
 _STATE: dict = {"pipe": None, "received": None, "old_fd": -1, "old_handlers": {}}
 
@@ -65,3 +67,15 @@ def requested() -> int | None:
         if b in (signal.SIGINT, signal.SIGTERM):
             _STATE["received"] = b
     return _STATE["received"]
+
+
+def wait(seconds: float) -> int | None:
+    """Sleep up to `seconds`, waking at once when a stop is asked for; the signal, if one was
+    (without `install()`: a plain sleep, None). Unlike `time.sleep`, this wakes while Dagster's own
+    handlers merely note a signal (they do during a run)."""
+    if (signo := requested()) is not None or _STATE["pipe"] is None:
+        if signo is None:
+            time.sleep(seconds)
+        return signo
+    select.select([_STATE["pipe"][0]], [], [], max(0.0, seconds))
+    return requested()

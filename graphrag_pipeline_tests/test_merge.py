@@ -422,7 +422,7 @@ def test_chunk_table_follows_changed_documents_only(tmp_path):
     live = [d for d in docs if d != "d020"]
     reads = []
     original = store.read_all_chunks
-    store.read_all_chunks = lambda keys: reads.append(list(keys)) or original(keys)
+    store.read_all_chunks = lambda keys, optional=(): reads.append(list(keys)) or original(keys, optional)
     out = all_chunks(store, live)
     assert reads == [["d010"]]  # only the changed document's file was read
     assert out.equals(original(live))

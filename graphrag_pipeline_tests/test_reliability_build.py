@@ -281,3 +281,84 @@ def test_waiting_for_a_pool_slot_is_bounded_and_slots_of_dead_runs_are_freed(hom
     assert any("marked failed" in m for m in messages)
     assert pool_holders(inst)[0] == 1
     wait_for_pool(inst, timeout_s=1.0)  # returns at once now
+
+
+@pytest.mark.parametrize("held", ["claimed", "assigned"])
+def test_a_build_waiting_for_a_pool_slot_sleeps_and_stops_on_sigterm(home, corpus, instance, tmp_path, held):
+    """`claimed`: another run holds the only `llm` slot, so the build waits before its run starts.
+    `assigned`: another run's step was given the slot and has not claimed it yet, so the build's run
+    starts and its doc_subgraph step waits inside Dagster's in-process executor (which, unpatched,
+    polls at 100 % CPU and never looks at the signal)."""
+    import psutil
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    (corpus / "new.txt").write_text("Ada Lovelace wrote about the Analytical Engine of Charles Babbage.\n")
+    inst = instance()
+    storage = inst.event_log_storage
+    storage.set_concurrency_slots("llm", 1)
+    from graphrag_pipeline.definitions import defs
+
+    other = inst.create_run_for_job(defs.resolve_job_def("reports_job"))
+    inst.report_run_canceling(other)  # in progress, in another process (the UI, the daemon)
+    if held == "claimed":
+        assert storage.claim_concurrency_slot("llm", other.run_id, "community_reports").is_claimed
+    else:
+        storage.add_pending_step("llm", other.run_id, "community_reports", priority=0, should_assign=True)
+    log = tmp_path / "build.out"
+    with log.open("w") as stdout:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "graphrag_pipeline.cli", "build", "--corpus", str(corpus), "--method", "fast"],
+            env=_env(home),
+            cwd=REPO,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        _wait_for(lambda: "waiting for" in log.read_text() or p.poll() is not None)
+        assert p.poll() is None, log.read_text() + p.stderr.read()
+        expected = "the 'llm' pool" if held == "claimed" else "pool slot for step(s) doc_subgraph"
+        assert expected in log.read_text()
+        proc = psutil.Process(p.pid)
+        before = proc.cpu_times()
+        time.sleep(3.0)
+        after = proc.cpu_times()
+        used = (after.user - before.user) + (after.system - before.system)
+        assert used < 0.5, f"the waiting build used {used:.2f}s of CPU in 3s"  # a busy loop uses ~3s
+        p.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        err = p.communicate(timeout=30)[1]
+        assert time.monotonic() - started < 10
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 143, log.read_text() + err
+    assert "build stopped by SIGTERM" in err
+    mine = [r for r in inst.get_runs() if r.run_id != other.run_id and r.tags.get("graphrag/pid") == str(p.pid)]
+    assert all(r.status == dg.DagsterRunStatus.CANCELED for r in mine)
+    assert len(mine) == (0 if held == "claimed" else 1)
+    pending = storage.get_concurrency_info("llm").pending_steps
+    assert {s.run_id for s in pending} <= {other.run_id}  # the build's own claim was withdrawn
+
+
+def test_every_step_that_can_call_the_llm_is_in_the_llm_pool():
+    from graphrag_pipeline.definitions import defs
+
+    pools = {
+        key: defs.resolve_assets_def(key).op.pool
+        for key in (
+            "chunks",
+            "doc_subgraph",
+            "knowledge_graph",
+            "resolved_graph",
+            "communities",
+            "community_reports",
+            "search_index",
+            "elasticsearch_index",
+        )
+    }
+    calling = {"doc_subgraph", "knowledge_graph", "resolved_graph", "community_reports", "search_index"}
+    assert {k for k, pool in pools.items() if pool == "llm"} == calling
+    assert all(pools[k] is None for k in pools.keys() - calling)

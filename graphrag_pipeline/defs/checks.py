@@ -5,8 +5,14 @@ import polars as pl
 
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import graph_assets, index_assets
+from graphrag_pipeline.defs.partitions import document_keys
 from graphrag_pipeline.defs.resources import PipelineSettings
 from graphrag_pipeline.index.duckdb_writer import check_index_file
+
+GRAPH_CHECK = (
+    "Unique nodes; every edge joins two existing, distinct nodes once; not empty while an extracted document has "
+    "entities."
+)
 
 
 def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:
@@ -34,9 +40,31 @@ def _graph_problems(nodes: pl.DataFrame, edges: pl.DataFrame) -> list[str]:
     return problems
 
 
-def _graph_check(name: str, settings: PipelineSettings) -> dg.AssetCheckResult:
+def _empty_graph_problems(instance, settings: PipelineSettings) -> list[str]:
+    """Why an empty graph is wrong: an extracted document has entity mentions, or its subgraph
+    files are gone (then nobody can tell it had none). Looked at only when the graph is empty, and
+    only until the first such document."""
+    store = settings.store()
+    extracted = instance.get_materialized_partitions(dg.AssetKey("doc_subgraph"))
+    for key in document_keys(instance):
+        if key not in extracted:
+            continue
+        try:
+            info = store.subgraph_info(key)
+        except (OSError, ValueError) as exc:  # a damaged info file
+            return [f"the graph is empty, and the subgraph of document {key} cannot be read ({exc})"]
+        if info is None:
+            return [f"the graph is empty, and the subgraph files of extracted document {key} are missing"]
+        if int(info.get("entities") or 0) > 0:
+            return [f"the graph is empty, but extracted document {key} has {info['entities']} entity mentions"]
+    return []
+
+
+def _graph_check(name: str, settings: PipelineSettings, instance=None) -> dg.AssetCheckResult:
     nodes, edges = settings.store().read_graph(name, ["key"], ["source_key", "target_key"])
     problems = _graph_problems(nodes, edges)
+    if nodes.height == 0 and instance is not None:
+        problems += _empty_graph_problems(instance, settings)
     return dg.AssetCheckResult(
         passed=not problems,
         metadata={"problems": "; ".join(problems) or "none", "nodes": nodes.height, "edges": edges.height},
@@ -44,17 +72,23 @@ def _graph_check(name: str, settings: PipelineSettings) -> dg.AssetCheckResult:
 
 
 @dg.asset_check(
-    asset=graph_assets.knowledge_graph, description="Unique nodes; every edge joins two existing, distinct nodes once."
+    asset=graph_assets.knowledge_graph,
+    description=GRAPH_CHECK,
 )
-def knowledge_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckResult:
-    return _graph_check("knowledge_graph", settings)
+def knowledge_graph_is_consistent(
+    context: dg.AssetCheckExecutionContext, settings: PipelineSettings
+) -> dg.AssetCheckResult:
+    return _graph_check("knowledge_graph", settings, context.instance)
 
 
 @dg.asset_check(
-    asset=graph_assets.resolved_graph, description="Unique nodes; every edge joins two existing, distinct nodes once."
+    asset=graph_assets.resolved_graph,
+    description=GRAPH_CHECK,
 )
-def resolved_graph_is_consistent(settings: PipelineSettings) -> dg.AssetCheckResult:
-    return _graph_check("resolved_graph", settings)
+def resolved_graph_is_consistent(
+    context: dg.AssetCheckExecutionContext, settings: PipelineSettings
+) -> dg.AssetCheckResult:
+    return _graph_check("resolved_graph", settings, context.instance)
 
 
 @dg.asset_check(

@@ -17,7 +17,7 @@ import dagster as dg
 from graphrag_pipeline import progress as progress_events
 from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
-from graphrag_pipeline.defs.partitions import KEY_PREFIX, documents_partitions
+from graphrag_pipeline.defs.partitions import KEY_PREFIX, documents_partitions, missing_inputs_failure, not_materialized
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.extract.batch import extract_documents
@@ -25,7 +25,7 @@ from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.ingest.document_chunks import chunk_document
 from graphrag_pipeline.ingest.documents import find_corpus_files
 from graphrag_pipeline.storage.files import DamagedFileError
-from graphrag_pipeline.storage.store import CHUNK_ROWS, partition_key_problem
+from graphrag_pipeline.storage.store import CHUNK_ROWS, MissingInputError, partition_key_problem
 
 DOC_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -149,6 +149,14 @@ def doc_subgraph(
             description=f"{exc}: materialize `chunks` of this document again (a `graphrag-pipeline build` does it)",
             allow_retries=False,
         ) from exc
+    except MissingInputError as exc:  # never extracted as an empty document
+        if exc.missing.keys() & not_materialized(context.instance, "chunks", keys):
+            raise dg.Failure(
+                description=f"doc_subgraph cannot read its inputs: {exc}. Materialize `chunks` of these documents "
+                "first (a `graphrag-pipeline build` does it); nothing was written.",
+                allow_retries=False,
+            ) from None
+        raise missing_inputs_failure(exc, "doc_subgraph") from None
     if client is not None:
         context.log.info(
             f"extracting {all_chunks.height} chunks of {len(keys)} documents with {method} via {client.describe()}"

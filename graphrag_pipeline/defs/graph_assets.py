@@ -21,6 +21,8 @@ from graphrag_pipeline.defs.partitions import (
     change_partitions,
     community_partitions,
     document_keys,
+    missing_inputs_failure,
+    not_materialized,
 )
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
@@ -30,6 +32,7 @@ from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_re
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
 from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCircuitOpen
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
+from graphrag_pipeline.storage.store import MissingInputError
 
 EAGER = dg.AutomationCondition.eager()
 
@@ -67,6 +70,7 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,
+    pool="llm",  # long descriptions are summarised by the LLM (methods other than fast)
     owners=OWNERS,
     tags={"stage": "graph", "llm": "summaries"},
     description="All document subgraphs merged: one node per entity name, relation weights summed, PageRank.",
@@ -77,7 +81,12 @@ def knowledge_graph(
 ) -> dg.MaterializeResult:
     store = settings.store()
     keys = document_keys(context.instance)
-    merged = update_merged_graph(store, keys)
+    # a document not extracted yet may have no subgraph; every extracted one must have its files
+    pending = not_materialized(context.instance, "doc_subgraph", keys)
+    try:
+        merged = update_merged_graph(store, keys, optional=pending)
+    except MissingInputError as exc:
+        raise missing_inputs_failure(exc, "knowledge_graph") from None
     step = StepLLM("knowledge_graph", settings, llm, used=settings.method != "fast")
     with endpoint_down_fails_the_step(step):
         nodes, edges, summary = summarise_long_descriptions(
@@ -111,6 +120,7 @@ def knowledge_graph(
     return dg.MaterializeResult(
         metadata={
             "documents": len(keys),
+            "documents_not_extracted": len(pending),
             "entities": nodes.height,
             "relations": edges.height,
             "dagster/row_count": nodes.height,
@@ -134,6 +144,7 @@ def knowledge_graph(
     group_name="graph",
     kinds={"polars", "networkx"},
     automation_condition=EAGER,
+    pool="llm",  # candidate pairs are judged by the LLM (GRAPHRAG_LLM_RESOLUTION)
     owners=OWNERS,
     tags={"stage": "graph", "llm": "resolution"},
     description="Entity resolution: pre-filtered same-type pairs involving new entities, judged and merged.",

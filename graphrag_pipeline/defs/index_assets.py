@@ -10,7 +10,7 @@ import polars as pl
 from graphrag_pipeline.defs import document_assets, graph_assets
 from graphrag_pipeline.defs.graph_assets import EAGER
 from graphrag_pipeline.defs.metadata import OWNERS, md_table
-from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys
+from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys, missing_inputs_failure, not_materialized
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.mentions import all_chunks
@@ -18,6 +18,7 @@ from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_index
 from graphrag_pipeline.index.records import collect_reports
+from graphrag_pipeline.storage.store import MissingInputError
 
 
 class SearchIndexConfig(dg.Config):
@@ -67,6 +68,7 @@ def _incomplete(message: str, verdict) -> dg.Failure:
     ],
     group_name="index",
     kinds={"duckdb"},
+    pool="llm",  # embeddings come from the endpoint when GRAPHRAG_EMBEDDING_MODEL names a model
     owners=OWNERS,
     tags={"stage": "index"},
     automation_condition=PUBLISH_WHEN_SETTLED,
@@ -93,7 +95,10 @@ def search_index(
             verdict,
         )
     doc_keys = document_keys(context.instance)
-    chunk_df = all_chunks(store, doc_keys)
+    try:  # a document not chunked yet may have no chunk files; every chunked one must have them
+        chunk_df = all_chunks(store, doc_keys, optional=not_materialized(context.instance, "chunks", doc_keys))
+    except MissingInputError as exc:
+        raise missing_inputs_failure(exc, "search_index") from None
     client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
     if llm.embedding_model != "hashing" and client is None:
         raise dg.Failure(

@@ -1,5 +1,6 @@
 """Keeping the Dagster instance of a home usable after crashes: runs whose process is gone, pool
-slots they still hold, and a bounded, visible wait for a slot of the `llm` pool."""
+slots they still hold, and a bounded, visible wait for a slot of the `llm` pool - before a run, and
+(sleeping, stoppable) inside a run's in-process executor."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import socket
 import time
 
 import dagster as dg
+
+from graphrag_pipeline import interrupts
 
 CLI_TAG = "graphrag/cli"  # runs started by `graphrag-pipeline build` (in its own process)
 PID_TAG = "graphrag/pid"
@@ -116,3 +119,46 @@ def wait_for_pool(instance: dg.DagsterInstance, pool: str = LLM_POOL, *, timeout
             )
             announced = True
         time.sleep(1.0)
+
+
+SLOT_POLL_S = 0.5  # how often a step waiting for a pool slot inside a run looks again (Dagster throttles its queries)
+
+
+def install_sleeping_slot_wait(say=print) -> None:
+    """Make a run executed in this process (`execute_in_process`, the CLI's way) sleep while a step
+    waits for a pool slot, and stop that wait when the build is asked to stop.
+
+    `wait_for_pool` runs before each run, but the slot can still be taken between it and the step's
+    claim (another run's step was assigned it, or the run's first steps ran meanwhile). Then Dagster
+    1.13's in-process executor loops on `ActiveExecution.sleep_til_ready`, which sleeps 0 s while a
+    claim is pending (the pending-claim interval is min(0, ...) - never positive), at 100 % CPU; and
+    during a run Dagster's signal handlers only note SIGINT/SIGTERM, which this loop never checks, so
+    the build could not be stopped. The replacement sleeps up to SLOT_POLL_S, says once per run which
+    steps wait, and raises Dagster's interruption when interrupts.py saw a stop: the run ends
+    interrupted (its pending claims withdrawn) and the CLI reports the stop. Only the in-process
+    executor calls this method. Idempotent."""
+    from dagster._core.errors import DagsterExecutionInterruptedError
+    from dagster._core.execution.plan.active import ActiveExecution
+    from dagster._utils.interrupts import pop_captured_interrupt
+
+    if getattr(ActiveExecution.sleep_til_ready, "graphrag_sleeping", False):
+        return
+
+    def sleep_til_ready(self) -> None:
+        context = self._instance_concurrency_context
+        waiting = context.pending_claim_steps() if context is not None else []
+        if waiting and not getattr(self, "_graphrag_announced", False):
+            self._graphrag_announced = True
+            say(f"  waiting for a pool slot for step(s) {', '.join(sorted(waiting))} (Ctrl-C stops)")
+        pause = self.sleep_interval()  # > 0 only while a step waits for its retry
+        signo = interrupts.wait(min(pause, SLOT_POLL_S) if pause > 0 else SLOT_POLL_S)
+        if signo is not None:
+            pop_captured_interrupt()  # Dagster noted it too: its teardown would raise it again
+            run_id, instance = getattr(context, "_run_id", None), getattr(context, "_instance", None)
+            run = instance.get_run_by_id(run_id) if run_id and instance is not None else None
+            if run is not None:  # Dagster then records the run as canceled, not as failed unexpectedly
+                instance.report_run_canceling(run, message="Stop asked for while waiting for a pool slot.")
+            raise DagsterExecutionInterruptedError(f"stopped by signal {signo} while waiting for a pool slot")
+
+    sleep_til_ready.graphrag_sleeping = True
+    ActiveExecution.sleep_til_ready = sleep_til_ready

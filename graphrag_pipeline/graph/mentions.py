@@ -20,6 +20,7 @@ per-document files, which stay the source of truth.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,17 +61,19 @@ def _with_shard(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.col("doc_id").replace_strict(shard, return_dtype=pl.Int64).alias("_shard"))
 
 
-def update_merged_graph(store, keys: list[str]) -> MergedGraph:
-    """Merge the subgraphs of documents `keys`, reusing the previous build's merge (see above)."""
+def update_merged_graph(store, keys: list[str], optional: Collection[str] = ()) -> MergedGraph:
+    """Merge the subgraphs of documents `keys`, reusing the previous build's merge (see above).
+    Every document not in `optional` must have its subgraph files (Store.MissingInputError
+    otherwise); one in `optional` (not extracted yet) adds what it has, possibly nothing."""
     bundle = ParquetBundle(store.paths.graph_dir, "mentions")
     manifest = bundle.manifest()
     signatures = store.subgraph_signatures(keys)
     if manifest is not None and "merge_dropped" in manifest:
         try:
-            return _update(store, bundle, manifest, keys, signatures)
+            return _update(store, bundle, manifest, keys, signatures, optional)
         except (OSError, KeyError, pl.exceptions.PolarsError):
             pass  # a damaged bundle: merge from the per-document files
-    return _full(store, bundle, manifest, keys, signatures)
+    return _full(store, bundle, manifest, keys, signatures, optional)
 
 
 def _sources(store, keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
@@ -79,9 +82,14 @@ def _sources(store, keys: list[str], signatures: dict[str, str]) -> pl.DataFrame
 
 
 def _full(
-    store, bundle: ParquetBundle, manifest: dict | None, keys: list[str], signatures: dict[str, str]
+    store,
+    bundle: ParquetBundle,
+    manifest: dict | None,
+    keys: list[str],
+    signatures: dict[str, str],
+    optional: Collection[str] = (),
 ) -> MergedGraph:
-    entities, relations = store.read_subgraphs(keys)
+    entities, relations = store.read_subgraphs(keys, optional)
     nodes = _merge_nodes(entities) if entities.height else pl.DataFrame(schema=NODE_SCHEMA)
     edges, dropped = _merge_edges(relations, nodes) if relations.height else (pl.DataFrame(schema=EDGE_SCHEMA), 0)
     nodes = with_metrics(nodes, edges)  # stored with the metrics: the knowledge graph's nodes file is a copy
@@ -97,7 +105,14 @@ def _full(
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
 
-def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signatures: dict[str, str]) -> MergedGraph:
+def _update(
+    store,
+    bundle: ParquetBundle,
+    manifest: dict,
+    keys: list[str],
+    signatures: dict[str, str],
+    optional: Collection[str] = (),
+) -> MergedGraph:
     sources = bundle.read(manifest, "sources")
     before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
     changed = [k for k in keys if before.get(k) != signatures[k]]
@@ -107,7 +122,7 @@ def _update(store, bundle: ParquetBundle, manifest: dict, keys: list[str], signa
         # nodes written by an older version may lack their metrics: recomputed, and not copied
         return _result(with_metrics(nodes, edges), edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)
     gone = pl.Series("d", changed + removed, dtype=pl.Utf8).implode()
-    new_entities, new_relations = store.read_subgraphs(changed)
+    new_entities, new_relations = store.read_subgraphs(changed, optional)
     new_entities, new_relations = _with_shard(new_entities), _with_shard(new_relations)
     affected: set[str] = set(new_entities["key"].to_list())
     shards: dict[str, pl.DataFrame] = {}
@@ -185,9 +200,10 @@ def _result(
 CHUNK_SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8}
 
 
-def all_chunks(store, keys: list[str]) -> pl.DataFrame:
+def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.DataFrame:
     """The chunk rows of documents `keys` in document order, kept in shards like the mentions: only
-    the chunk files of documents that changed since the last call are read."""
+    the chunk files of documents that changed since the last call are read. Every document not in
+    `optional` must have its chunk files (Store.MissingInputError otherwise)."""
     bundle = ParquetBundle(store.paths.graph_dir, "chunks")
     manifest = bundle.manifest()
     signatures = store.signatures("chunks", keys, (".parquet",))
@@ -199,7 +215,7 @@ def all_chunks(store, keys: list[str]) -> pl.DataFrame:
         before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
         changed = [k for k in keys if before.get(k) != signatures[k]]
         gone = pl.Series("d", changed + sorted(set(before) - set(keys)), dtype=pl.Utf8).implode()
-        fresh = _with_shard(store.read_all_chunks(changed)) if changed else None
+        fresh = _with_shard(store.read_all_chunks(changed, optional)) if changed else None
         for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
             name = f"chunks-{i:02d}"
             old = bundle.read(manifest, name)
@@ -222,7 +238,7 @@ def all_chunks(store, keys: list[str]) -> pl.DataFrame:
         if rows.columns != list(CHUNK_ROWS):
             raise KeyError("chunk shards of an older layout")
     except (OSError, KeyError, pl.exceptions.PolarsError):
-        rows = _with_shard(store.scan_all_chunks(keys))
+        rows = _with_shard(store.scan_all_chunks(keys, optional))
         tables = {f"chunks-{i:02d}": rows.filter(pl.col("_shard") == i).drop("_shard") for i in range(SHARDS)}
         bundle.write(
             {**tables, "sources": _chunk_sources(keys, signatures)},

@@ -20,7 +20,7 @@ from graphrag_pipeline.storage.store import CHUNK_ROWS
 class ChunkedDocument:
     key: str
     document: str  # its path in the corpus (the key when the file is gone)
-    chunks: pl.DataFrame | None  # None: nothing to store (the file could not be read)
+    chunks: pl.DataFrame | None  # None: nothing to store
     info: dict
     row: dict | None = None  # the preview row of a document that was read
     skipped: str = ""  # why the document yields no chunks
@@ -57,11 +57,13 @@ def chunk_document(
     try:
         content_hash = file_hash(f.path)
     except OSError as exc:  # gone or unreadable since the scan: its neighbours go on
+        # stored as a document without chunks (content unknown: the next build tries it again), so
+        # a materialized partition always has its files and a reader can tell lost files from it
         return ChunkedDocument(
             key,
             f.relpath,
-            None,
-            {},
+            pl.DataFrame(schema=CHUNK_ROWS),
+            {"relpath": f.relpath, "content_hash": None, "status": "unreadable", "chunks": 0},
             skipped=f"cannot read it: {exc.strerror or exc}",
             log=[("warning", f"{f.relpath}: cannot read it ({exc.strerror or exc}); skipped")],
         )

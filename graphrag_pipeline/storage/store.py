@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,6 +62,20 @@ DOC_TABLES = {"chunks": (".parquet",), "doc_subgraph": (".entities.parquet", ".r
 # A key is part of file names (the longest: "." + key + ".relations.parquet" + ".XXXXXXXX.parquet.tmp"
 # while it is written), which most file systems limit to 255 bytes; partition_key makes at most 120.
 MAX_KEY_BYTES = 200
+
+
+class MissingInputError(Exception):
+    """Outputs of documents a reader was asked for are missing (deleted, or written on another
+    machine's disk): never read as an empty table. Not an OSError, so no fallback swallows it.
+    `missing`: partition key -> its missing files."""
+
+    def __init__(self, asset: str, missing: dict[str, list[Path]]):
+        self.asset, self.missing = asset, missing
+        shown = "; ".join(f"{k}: {', '.join(str(f) for f in files)}" for k, files in list(missing.items())[:5])
+        more = f"; and {len(missing) - 5} more documents" if len(missing) > 5 else ""
+        super().__init__(
+            f"the `{asset}` files of {len(missing)} document(s) are missing (partition: missing files) - {shown}{more}"
+        )
 
 
 class InvalidPartitionKey(ValueError):
@@ -209,7 +224,7 @@ class Store:
         return problems
 
     def _read_many(self, files: list[Path], schema: dict, select: bool = True) -> pl.DataFrame:
-        files = [str(f) for f in files if f.exists()]
+        files = [str(f) for f in files]
         if not files:
             return pl.DataFrame(schema=schema)
         frames = []
@@ -230,11 +245,36 @@ class Store:
         # a key that cannot name a file has no files: readers of many documents pass over it
         return [k for k in keys if partition_key_problem(k) is None]
 
-    def read_subgraphs(self, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-        keys = self._valid(keys)
-        ents = self._read_many([self._doc_file("doc_subgraph", k, ".entities.parquet") for k in keys], ENTITY_ROWS)
-        rels = self._read_many([self._doc_file("doc_subgraph", k, ".relations.parquet") for k in keys], RELATION_ROWS)
-        return ents, rels
+    def _input_files(self, asset: str, keys: list[str], optional: Collection[str] = ()) -> tuple[list[Path], ...]:
+        """Per Parquet table of `asset` (DOC_TABLES order), the files of documents `keys`.
+
+        Every document not in `optional` must have all its tables: a missing one raises
+        MissingInputError naming them (a reader never returns a silently smaller table; a document
+        skipped as unreadable or empty has empty tables). A document in `optional` (not
+        materialized yet, so it may have no output at all) gives the files it has."""
+        suffixes = DOC_TABLES[asset]
+        optional = optional if isinstance(optional, (set, frozenset, dict)) else set(optional)
+        out: tuple[list[Path], ...] = tuple([] for _ in suffixes)
+        missing: dict[str, list[Path]] = {}
+        for key in self._valid(keys):
+            tables = [self._doc_file(asset, key, suffix) for suffix in suffixes]
+            present = [t.exists() for t in tables]
+            if key not in optional:
+                lost = [t for t, ok in zip(tables, present) if not ok]
+                if lost:
+                    missing[key] = lost
+                    continue
+            for files, table, ok in zip(out, tables, present):
+                if ok:
+                    files.append(table)
+        if missing:
+            raise MissingInputError(asset, missing)
+        return out
+
+    def read_subgraphs(self, keys: list[str], optional: Collection[str] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The entity and relation mentions of documents `keys`; see `_input_files` for `optional`."""
+        ents, rels = self._input_files("doc_subgraph", keys, optional)
+        return self._read_many(ents, ENTITY_ROWS), self._read_many(rels, RELATION_ROWS)
 
     def signatures(self, asset: str, keys: list[str], suffixes: tuple[str, ...]) -> dict[str, str]:
         """Per document, a signature of its output files of `asset` (size and modification time): a
@@ -259,20 +299,21 @@ class Store:
     def subgraph_signatures(self, keys: list[str]) -> dict[str, str]:
         return self.signatures("doc_subgraph", keys, (".entities.parquet", ".relations.parquet"))
 
-    def read_all_chunks(self, keys: list[str]) -> pl.DataFrame:
-        files = [self._doc_file("chunks", k, ".parquet") for k in self._valid(keys)]
+    def read_all_chunks(self, keys: list[str], optional: Collection[str] = ()) -> pl.DataFrame:
+        """The chunk rows of documents `keys`; see `_input_files` for `optional`."""
+        (files,) = self._input_files("chunks", keys, optional)
         return with_chunk_columns(self._read_many(files, CHUNK_ROWS, select=False))
 
-    def scan_all_chunks(self, keys: list[str]) -> pl.DataFrame:
+    def scan_all_chunks(self, keys: list[str], optional: Collection[str] = ()) -> pl.DataFrame:
         """What read_all_chunks returns (same rows, same order), read by polars' parallel multi-file
         scan: about 5x faster on thousands of small files (the search index reads them all)."""
-        files = [str(f) for f in (self._doc_file("chunks", k, ".parquet") for k in self._valid(keys)) if f.exists()]
+        (files,) = self._input_files("chunks", keys, optional)
         if not files:
             return pl.DataFrame(schema=CHUNK_ROWS)
         try:
-            return pl.scan_parquet(files).select(list(CHUNK_ROWS)).collect().cast(CHUNK_ROWS)
+            return pl.scan_parquet([str(f) for f in files]).select(list(CHUNK_ROWS)).collect().cast(CHUNK_ROWS)
         except (OSError, pl.exceptions.PolarsError):  # e.g. a file written with an older schema
-            return self.read_all_chunks(keys)
+            return self.read_all_chunks(keys, optional)
 
     def remove_orphans(self, live_keys: set[str]) -> int:
         """Delete per-document files of documents that are no longer partitions."""

@@ -5,7 +5,7 @@ import polars as pl
 
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import graph_assets, index_assets
-from graphrag_pipeline.defs.partitions import document_keys
+from graphrag_pipeline.defs.partitions import asset_key, document_keys
 from graphrag_pipeline.defs.resources import PipelineSettings
 from graphrag_pipeline.index.duckdb_writer import check_index_file
 
@@ -45,7 +45,7 @@ def _empty_graph_problems(instance, settings: PipelineSettings) -> list[str]:
     files are gone (then nobody can tell it had none). Looked at only when the graph is empty, and
     only until the first such document."""
     store = settings.store()
-    extracted = instance.get_materialized_partitions(dg.AssetKey("doc_subgraph"))
+    extracted = instance.get_materialized_partitions(asset_key("doc_subgraph"))
     for key in document_keys(instance):
         if key not in extracted:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,6 +24,18 @@ SETTINGS_ENV = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
 )
+
+
+@pytest.fixture(autouse=True)
+def _dagster_home_kept_per_test():
+    """A test that points this process at another Dagster instance (an in-process CLI build sets
+    DAGSTER_HOME) does not leave it to the next test, which would take it for one the user exported."""
+    saved = os.environ.get("DAGSTER_HOME")
+    yield
+    if saved is None:
+        os.environ.pop("DAGSTER_HOME", None)
+    else:
+        os.environ["DAGSTER_HOME"] = saved
 
 
 @pytest.fixture

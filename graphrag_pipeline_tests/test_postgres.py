@@ -100,7 +100,7 @@ def test_two_knowledge_bases_on_one_instance_keep_their_partitions_apart(tmp_pat
     assert "knowledge base small_kb" in out
     assert "1 new, 0 removed, 1 to process" in out  # the first home's documents are not its to remove
 
-    os.environ["DAGSTER_HOME"] = str(folder)
+    monkeypatch.setenv("DAGSTER_HOME", str(folder))
     instance = dg.DagsterInstance.get()
     assert sorted(instance.get_dynamic_partitions("documents")) == keys
     assert instance.get_dynamic_partitions("documents__small_kb") == ["darwin_and_wallace.txt"]

@@ -315,14 +315,19 @@ def _settings_problems() -> list[str]:
     return check_settings(os.environ)
 
 
+def _refuse_bad_settings() -> bool:
+    """Print every settings problem (`error: ...`); True when there was one (the command exits 2)."""
+    problems = _settings_problems()
+    for line in problems:
+        print(f"error: {line}", file=sys.stderr)
+    return bool(problems)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     if args.estimate:
         return cmd_estimate(args)
     paths = _prepare_environment(args)
-    problems = _settings_problems()
-    if problems:
-        for line in problems:
-            print(f"error: {line}", file=sys.stderr)
+    if _refuse_bad_settings():
         return 2
     from graphrag_pipeline.storage.home import BuildLock, HomeBusy
 
@@ -596,10 +601,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from graphrag_pipeline.storage.home import read_home_record
 
     paths = _reading_paths(args)
-    problems = _settings_problems()
-    if problems:
-        for line in problems:
-            print(f"error: {line}", file=sys.stderr)
+    if _refuse_bad_settings():
         return 2
     record = read_home_record(paths.home) if paths.home.is_dir() else None
     corpus = Path(args.corpus).expanduser().resolve() if args.corpus else None

@@ -95,6 +95,13 @@ def _es_index_problem(name: str) -> str | None:
     return None
 
 
+# what a value of these kinds must be, said when it is not
+_KIND_RULES = {
+    "usd": "must be an amount in USD >= 0, e.g. 2.50 (default: {default})",
+    "kb": "must be 1-40 lowercase letters, digits or _, starting with a letter (default {default})",
+}
+
+
 def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = True) -> list[str]:
     """One human-readable line per invalid variable (name, value, what is allowed); [] when all
     are usable. ``check_paths``: also look at the file system (GRAPHRAG_HOME and GRAPHRAG_CORPUS
@@ -136,28 +143,17 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
         if raw is not None and raw.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
             add(f"{name}={_show(raw)}: must be true or false (also 1/0, yes/no, on/off; default {default})")
 
-    for name in (s.name for s in SETTINGS.values() if s.kind == "usd"):
-        raw = _value(env, name)
+    for setting in (s for s in SETTINGS.values() if s.kind in _KIND_RULES):
+        raw = _value(env, setting.name)
         if raw is not None:
             try:
-                parse_setting(name, env)
+                parse_setting(setting.name, env)
             except ValueError:
-                default = SETTINGS[name].describe_default()
-                add(f"{name}={_show(raw)}: must be an amount in USD >= 0, e.g. 2.50 (default: {default})")
+                rule = _KIND_RULES[setting.kind].format(default=setting.describe_default())
+                add(f"{setting.name}={_show(raw)}: {rule}")
     prices = [_value(env, f"GRAPHRAG_PRICE_{kind}_PER_MTOK") is None for kind in ("INPUT", "OUTPUT")]
     if prices[0] != prices[1]:
         add("GRAPHRAG_PRICE_INPUT_PER_MTOK and GRAPHRAG_PRICE_OUTPUT_PER_MTOK must be set together (or neither)")
-
-    for name in (s.name for s in SETTINGS.values() if s.kind == "kb"):
-        raw = _value(env, name)
-        if raw is not None:
-            try:
-                parse_setting(name, env)
-            except ValueError:
-                add(
-                    f"{name}={_show(raw)}: must be 1-40 lowercase letters, digits or _, starting with a letter "
-                    f"(default {SETTINGS[name].describe_default()})"
-                )
 
     types = _value(env, "GRAPHRAG_ENTITY_TYPES")
     if types is not None and not parse_list(types):

@@ -123,16 +123,21 @@ def page_range(start: int | None, end: int | None) -> str | None:
     return str(start) if end in (None, start) else f"{start}-{end}"
 
 
-def _chunk_source(row: dict) -> dict:
-    """A chunk as a source; a chunk of a PDF (PPTX) also says its pages (slides), e.g. "3-4", and
-    one of an XLSX sheet or under a DOCX heading its section."""
-    source = {"doc": row["doc"], "chunk": int(row["position"]) + 1, "chunk_id": row["chunk_id"]}
+def page_fields(row: dict) -> dict:
+    """A chunk's ``pages`` ("3-4": the pages of a PDF, slides of a PPTX) and ``section`` (an XLSX
+    sheet, a DOCX heading), each only when it has one."""
+    out = {}
     pages = page_range(row.get("page_start"), row.get("page_end"))
     if pages:
-        source["pages"] = pages
+        out["pages"] = pages
     if row.get("section"):
-        source["section"] = row["section"]
-    return source
+        out["section"] = row["section"]
+    return out
+
+
+def _chunk_source(row: dict) -> dict:
+    """A chunk as a source, with its pages and section where it has them."""
+    return {"doc": row["doc"], "chunk": int(row["position"]) + 1, "chunk_id": row["chunk_id"], **page_fields(row)}
 
 
 def _report_sources(row: dict) -> list[dict]:

@@ -30,7 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from graphrag_pipeline.index.duckdb_reader import IndexNotFoundError
-from graphrag_pipeline.query.search import DEFAULT_MODE, page_range
+from graphrag_pipeline.query.search import DEFAULT_MODE, page_fields
 from graphrag_pipeline.serve.holder import Busy, IndexHolder
 from graphrag_pipeline.storage.layout import Paths
 
@@ -265,7 +265,8 @@ def create_app(
                 "relations": [{k: r[k] for k in ("source", "target", "description", "weight")} for r in rels],
                 "neighbours": [_entity(by_key[k]) for k in dict.fromkeys(others) if k in by_key],
                 "sources": [
-                    {"chunk_id": c["chunk_id"], "doc": c["doc"], "position": c["position"], **_pages(c)} for c in chunks
+                    {"chunk_id": c["chunk_id"], "doc": c["doc"], "position": c["position"], **page_fields(c)}
+                    for c in chunks
                 ],
             }
 
@@ -285,7 +286,7 @@ def create_app(
                 "chunk_id": chunk_id,
                 "doc": first["doc"],
                 "position": first["position"],
-                **_pages(first),
+                **page_fields(first),
                 "text": first["text"],
                 "docs": sorted({r["doc"] for r in rows}),
             }
@@ -308,14 +309,3 @@ def _client_from_env(home: Path):
     if client is not None:
         client.cache, _problem = open_read_only(Paths(home).cache_db, "llm")
     return client
-
-
-def _pages(chunk: dict) -> dict:
-    """A chunk's pages ("3-4") and section, for the chunks that have them (PDF, PPTX, XLSX, DOCX)."""
-    out = {}
-    pages = page_range(chunk.get("page_start"), chunk.get("page_end"))
-    if pages:
-        out["pages"] = pages
-    if chunk.get("section"):
-        out["section"] = chunk["section"]
-    return out

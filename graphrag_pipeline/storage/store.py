@@ -144,10 +144,8 @@ class Store:
 
     def write_chunks(self, key: str, chunks: pl.DataFrame, info: dict) -> None:
         table, info_file = self._doc_file("chunks", key, ".parquet"), self._doc_file("chunks", key, ".json")
-        # a text document's chunks may come without the page columns: they are null for it
-        missing = [pl.lit(None, CHUNK_ROWS[c]).alias(c) for c in CHUNK_ROWS if c not in chunks.columns]
-        chunks = chunks.with_columns(missing) if missing else chunks
-        digest = write_parquet(chunks.select(list(CHUNK_ROWS)).cast(CHUNK_ROWS), table, checksum=True)
+        # a table without the page columns (a text document's, an older writer's) gets them as nulls
+        digest = write_parquet(with_chunk_columns(chunks), table, checksum=True)
         write_json({**info, "checksums": {".parquet": digest}}, info_file)
 
     def chunk_info(self, key: str) -> dict | None:

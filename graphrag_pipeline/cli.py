@@ -624,11 +624,22 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
     """Start this build's spending account; a problem (a budget at an unknown price) or ""."""
     from graphrag_pipeline.llm import budget
     from graphrag_pipeline.llm.estimate import estimate_home
+    from graphrag_pipeline.llm.pg_store import CacheStoreError, cache_target
     from graphrag_pipeline.llm.pricing import configured_pricing
-    from graphrag_pipeline.settings import setting
+    from graphrag_pipeline.llm.usage import open_ledger
+    from graphrag_pipeline.settings import knowledge_base, setting
 
     limit = setting("GRAPHRAG_MAX_COST_USD")
-    budget.start_build(limit)
+    try:
+        target = cache_target(paths)
+        if target is not None:  # reachable before anything runs; the caches' tables exist from here on
+            open_ledger(paths)
+            _say(
+                f"caches and LLM ledger: {target.describe()} (from {target.source}); knowledge base {knowledge_base()}"
+            )
+        budget.start_build(limit, paths)
+    except (CacheStoreError, ValueError) as exc:
+        return str(exc)
     args.cost_estimate = None
     _ESTIMATE_TAGS.clear()
     if method == "fast":
@@ -660,10 +671,10 @@ def _start_budget(args, paths: Paths, corpus: Path, method: str, plan) -> str:
 
 
 def _build_usage(args, paths: Paths) -> dict:
-    from graphrag_pipeline.llm.usage import UsageLedger
+    from graphrag_pipeline.llm.usage import open_ledger
 
     since = getattr(args, "cost_since", None)
-    return UsageLedger(paths.cache_db).by_step_since(since) if since is not None else {}
+    return open_ledger(paths).by_step_since(since) if since is not None else {}
 
 
 def _build_cost(args, paths: Paths) -> str:
@@ -739,7 +750,8 @@ def _reading_paths(args: argparse.Namespace) -> Paths:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     paths = _reading_paths(args)
-    from graphrag_pipeline.llm.usage import read_usage_totals
+    from graphrag_pipeline.llm.pg_store import CacheStoreError
+    from graphrag_pipeline.llm.usage import read_ledger_totals
     from graphrag_pipeline.query import IndexNotFoundError, open_index
 
     stats: dict = {"documents": 0, "chunks": 0, "entities": 0, "relations": 0, "communities": 0, "community_reports": 0}
@@ -760,7 +772,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if not args.json:
             _say(str(exc))
     try:
-        stats["llm"] = read_usage_totals(paths.cache_db).to_dict()
+        stats["llm"] = read_ledger_totals(paths).to_dict()
+    except (CacheStoreError, ValueError) as exc:  # the message names the database (never the password)
+        stats["llm"] = f"unavailable ({exc})"
     except Exception as exc:  # noqa: BLE001 - a damaged or unreadable ledger never fails stats
         stats["llm"] = f"unavailable ({paths.cache_db}: {exc})"
     if args.json:
@@ -773,7 +787,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     paths = _reading_paths(args)
-    from graphrag_pipeline.llm.cache import open_read_only
+    from graphrag_pipeline.llm.cache import open_cache_read_only
     from graphrag_pipeline.llm.client import LLMClient, LLMError
     from graphrag_pipeline.query import IndexNotFoundError, SearchParams, open_index, query
 
@@ -787,7 +801,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 2
     if client is not None:
         # answers cached by builds are used when the cache can be read; nothing is written to it
-        client.cache, problem = open_read_only(paths.cache_db, "llm")
+        client.cache, problem = open_cache_read_only(paths, "llm")
         if problem:
             print(f"warning: the LLM cache cannot be read ({problem}); querying without it", file=sys.stderr)
     if args.answer and client is None:

@@ -41,7 +41,7 @@ class Setting:
     and checked; ``note`` follows the default in messages; ``default_text`` describes a computed one."""
 
     name: str
-    kind: str  # path method int usd bool name text secret list url es_index file kb
+    kind: str  # path method int usd bool name text secret list url pg_url es_index file kb
     default: str | None = None
     help: str = ""
     minimum: int | None = None  # int: the smallest allowed value
@@ -97,6 +97,14 @@ SETTINGS: dict[str, Setting] = {
             help="the Dagster instance (a folder with its dagster.yaml, e.g. for Postgres) builds use; its "
             "dagster.yaml is never written",
             default_text="DAGSTER_HOME when exported, else $GRAPHRAG_HOME/dagster (a private SQLite instance)",
+        ),
+        Setting(
+            "GRAPHRAG_CACHE_URL",
+            "pg_url",
+            help="a postgresql://user:password@host:port/database URL: the LLM caches, the usage ledger and the build "
+            "budget are kept there (safe from many machines); its password is never shown",
+            default_text="the Dagster instance's database when it stores runs in Postgres, else "
+            "$GRAPHRAG_HOME/cache/cache.sqlite",
         ),
         Setting(
             "GRAPHRAG_CORPUS",
@@ -249,7 +257,7 @@ def _parse(s: Setting, text: str) -> Any:
         if method not in METHODS:
             raise ValueError(f"{s.name} must be one of {', '.join(METHODS)}, got {method!r}")
         return method
-    if s.kind in ("es_index", "url"):
+    if s.kind in ("es_index", "url", "pg_url"):
         return text.strip()
     if s.kind == "kb":
         name = text.strip()

@@ -173,6 +173,14 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
     base_url = _value(env, "OPENAI_BASE_URL")
     if base_url is not None:
         add(_check_url("OPENAI_BASE_URL", base_url, SETTINGS["OPENAI_BASE_URL"].example))
+    cache_url = _value(env, "GRAPHRAG_CACHE_URL")
+    if cache_url is not None:
+        from graphrag_pipeline.llm.pg_store import target_from_url
+
+        try:
+            target_from_url(cache_url)
+        except ValueError as exc:  # says what is wrong without the value (it may carry a password)
+            add(str(exc))
     alias = _value(env, "GRAPHRAG_ES_INDEX")
     if alias is not None:
         why = _es_index_problem(alias.strip())

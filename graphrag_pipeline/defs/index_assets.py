@@ -99,7 +99,7 @@ def search_index(
         chunk_df = all_chunks(store, doc_keys, optional=not_materialized(context.instance, "chunks", doc_keys))
     except MissingInputError as exc:
         raise missing_inputs_failure(exc, "search_index") from None
-    client = llm.client(settings.paths.cache_db) if llm.embedding_model != "hashing" else None
+    client = llm.client(settings.paths) if llm.embedding_model != "hashing" else None
     if llm.embedding_model != "hashing" and client is None:
         raise dg.Failure(
             f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL"

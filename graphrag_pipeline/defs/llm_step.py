@@ -3,22 +3,39 @@ step paid for, recorded in the ledger and shown in the step's metadata."""
 
 from __future__ import annotations
 
-from graphrag_pipeline.llm.usage import LLMUsage, UsageLedger
+from graphrag_pipeline.llm.usage import LLMUsage, open_ledger
+
+
+def _run_id() -> str | None:
+    """The Dagster run this step belongs to (None outside a step, e.g. an asset called in a test)."""
+    import dagster as dg
+
+    try:
+        return dg.OpExecutionContext.get().run_id
+    except dg.DagsterInvariantViolationError:
+        return None
 
 
 class StepLLM:
     def __init__(self, step: str, settings, llm, *, used: bool):
         """``used``: whether the step's method calls the LLM at all (no client is made otherwise;
-        ``client`` is also None when no endpoint is configured)."""
+        ``client`` is also None when no endpoint is configured). A step with a client spends from
+        its run's budget (`llm.budget.join_run`: shared by the run's processes when the caches are
+        in Postgres)."""
         self.step = step
-        self._ledger = settings.paths.cache_db
-        self.client = llm.client(settings.paths.cache_db) if used else None
+        self._paths = settings.paths
+        self.client = llm.client(settings.paths) if used else None
+        run_id = _run_id() if self.client is not None else None
+        if run_id:
+            from graphrag_pipeline.llm import budget
+
+            budget.join_run(run_id, settings.paths)
 
     def record(self, usage: LLMUsage | None = None) -> LLMUsage:
         """Record the step's usage (by default everything its client did) and return it."""
         if usage is None:
             usage = self.client.usage_snapshot() if self.client else LLMUsage()
-        UsageLedger(self._ledger).record(self.step, usage)
+        open_ledger(self._paths).record(self.step, usage)
         return usage
 
 

@@ -12,7 +12,8 @@ import dagster as dg
 from pydantic import Field
 
 from graphrag_pipeline import settings as env_settings
-from graphrag_pipeline.llm.cache import KVCache
+from graphrag_pipeline.llm.cache import KVCache, open_cache
+from graphrag_pipeline.llm.pg_store import PgKVCache
 from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline.storage.store import Store
 
@@ -80,8 +81,9 @@ class PipelineSettings(_FromSettings):
     def store(self) -> Store:
         return Store(self.paths)
 
-    def extraction_cache(self) -> KVCache:
-        return KVCache(self.paths.cache_db, "extraction")
+    def extraction_cache(self) -> KVCache | PgKVCache:
+        """The extraction cache (SQLite in the home, or Postgres: `llm.cache.open_cache`)."""
+        return open_cache(self.paths, "extraction")
 
 
 class LLMSettings(_FromSettings):
@@ -111,8 +113,9 @@ class LLMSettings(_FromSettings):
     def use_for_reports(self) -> bool:
         return bool(self.reports)
 
-    def client(self, cache_path: Path):
-        """An LLMClient, or None when no endpoint is configured."""
+    def client(self, paths: Paths):
+        """An LLMClient with the home's answer cache (`llm.cache.open_cache`), or None when no
+        endpoint is configured."""
         from graphrag_pipeline.llm.client import LLMClient
 
         api_key = env_settings.raw("OPENAI_API_KEY")
@@ -123,7 +126,7 @@ class LLMSettings(_FromSettings):
             model=self.model,
             api_key=api_key or "EMPTY",
             base_url=base_url,
-            cache=KVCache(cache_path, "llm"),
+            cache=open_cache(paths, "llm"),
             max_concurrent=self.max_concurrent_chats,
             timeout_s=float(self.timeout_s),
             max_retries=self.max_retries,

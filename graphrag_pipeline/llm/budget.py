@@ -2,8 +2,11 @@
 
 A CLI build runs all its Dagster runs in its own process (``execute_in_process``), so one
 accountant per process holds the spend across the steps and runs of a build; `graphrag-pipeline
-build` starts it anew (``start_build``). Runs launched from the UI run each step in its own
-process: there the limit holds per step process.
+build` starts it anew (``start_build``). Runs launched from the UI or the daemon run each step in
+its own process (on any machine): when the caches are in Postgres (`llm.pg_store`), every step
+process of a run joins the run's account in the database (``join_run``), so the limit holds per
+run across its processes; with the SQLite cache it holds per step process. A CLI build with the
+caches in Postgres keeps its account there too.
 
 Before each request a client reserves the call's worst case - its prompt tokens plus
 ``max_tokens`` (or ``WORST_COMPLETION_TOKENS`` when the call sets none) completion tokens at the
@@ -71,8 +74,47 @@ class BudgetAccountant:
             self._cond.notify_all()
 
 
+class SharedBudgetAccountant:
+    """A BudgetAccountant whose spend and reservations are in the cache database (`pg_store.PgBudget`),
+    shared by every process that uses the same account, with the same rules. A wait for calls in
+    flight polls the database every ``poll_s`` seconds (other processes' settlements are not
+    signalled)."""
+
+    def __init__(self, shared, limit_usd: float | None):
+        self.shared = shared
+        self.limit_usd = limit_usd
+        self.account = shared.account
+
+    @property
+    def spent_usd(self) -> float:
+        return self.shared.state()[0]
+
+    @property
+    def reserved_usd(self) -> float:
+        return self.shared.state()[1]
+
+    @property
+    def refused(self) -> int:
+        return self.shared.state()[2]
+
+    def reserve(self, usd: float, *, stopped=lambda: False, poll_s: float = 0.2) -> Refusal | None:
+        import time
+
+        while True:
+            outcome, spent, reserved = self.shared.try_reserve(usd)
+            if outcome == "held":
+                return None
+            if outcome == "refused" or stopped():
+                return Refusal(self.limit_usd, spent, reserved, usd)
+            time.sleep(poll_s)
+
+    def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        self.shared.settle(reserved_usd, actual_usd)
+
+
 _lock = threading.Lock()
-_current: BudgetAccountant | None = None
+_current: BudgetAccountant | SharedBudgetAccountant | None = None
+_build_started = False  # this process's accountant was started by a CLI build (not joined by a step)
 
 
 def current() -> BudgetAccountant:
@@ -88,12 +130,47 @@ def current() -> BudgetAccountant:
         return _current
 
 
-def start_build(limit_usd: float | None) -> BudgetAccountant:
-    """A new accountant for a build of this process (the previous spend is forgotten)."""
+def _shared(paths, account: str, limit_usd: float | None) -> SharedBudgetAccountant | None:
+    """An account in the cache database when the home's caches are in Postgres and a limit is set."""
+    if limit_usd is None or paths is None:
+        return None
+    from graphrag_pipeline.llm.pg_store import PgBudget, cache_target
+    from graphrag_pipeline.settings import knowledge_base
+
+    target = cache_target(paths)
+    if target is None:
+        return None
+    return SharedBudgetAccountant(PgBudget(target, knowledge_base(), account, limit_usd), limit_usd)
+
+
+def start_build(limit_usd: float | None, paths=None) -> BudgetAccountant | SharedBudgetAccountant:
+    """A new accountant for a build of this process (the previous spend is forgotten); with
+    ``paths`` of a home whose caches are in Postgres, a new account there (``build:<uuid>``)."""
+    import uuid
+
+    global _current, _build_started
+    accountant = _shared(paths, f"build:{uuid.uuid4()}", limit_usd) or BudgetAccountant(limit_usd)
+    with _lock:
+        _current, _build_started = accountant, True
+    return accountant
+
+
+def join_run(run_id: str, paths) -> BudgetAccountant | SharedBudgetAccountant:
+    """The accountant of a step of the Dagster run ``run_id``: the build's when this process started
+    one (a CLI build), else the run's account in the cache database (``run:<run_id>``, shared by
+    all the run's step processes) when the caches are in Postgres, else the process's own."""
     global _current
     with _lock:
-        _current = BudgetAccountant(limit_usd)
-    return _current
+        if _build_started or (isinstance(_current, SharedBudgetAccountant) and _current.account == f"run:{run_id}"):
+            return _current
+    from graphrag_pipeline.settings import setting
+
+    accountant = _shared(paths, f"run:{run_id}", setting("GRAPHRAG_MAX_COST_USD"))
+    if accountant is None:
+        return current()
+    with _lock:
+        _current = accountant
+    return accountant
 
 
 def worst_case_usd(price: Price, prompt_tokens: int, max_tokens: int | None) -> float:

@@ -172,3 +172,45 @@ def open_read_only(path: Path, table: str) -> tuple[KVCache | None, str | None]:
         return None, None
     except (sqlite3.Error, OSError) as exc:
         return None, f"{path}: {exc}"
+
+
+def open_cache(paths, table: str):
+    """The home's cache ``table`` for reading and writing: in the Postgres database of
+    :func:`graphrag_pipeline.llm.pg_store.cache_target` when there is one (GRAPHRAG_CACHE_URL, or the
+    Dagster instance's), else in the home's SQLite file. Raises CacheStoreError when the database
+    cannot be reached."""
+    from graphrag_pipeline.llm.pg_store import PgKVCache, cache_target
+    from graphrag_pipeline.settings import knowledge_base
+
+    target = cache_target(paths)
+    if target is None:
+        return KVCache(paths.cache_db, table)
+    return PgKVCache(target, table, knowledge_base())
+
+
+def open_cache_read_only(paths, table: str) -> tuple[object | None, str | None]:
+    """:func:`open_read_only` for the home's cache store, whichever it is: ``(cache, None)``,
+    ``(None, None)`` when there is nothing cached, ``(None, reason)`` when it cannot be read (a
+    damaged file, an unreachable database: the reason names its host, never the password).
+    Nothing is written or created."""
+    from graphrag_pipeline.llm.pg_store import CacheStoreError, PgKVCache, cache_target
+    from graphrag_pipeline.settings import knowledge_base
+
+    try:
+        target = cache_target(paths)
+    except (CacheStoreError, ValueError) as exc:
+        return None, str(exc)
+    if target is None:
+        return open_read_only(paths.cache_db, table)
+    try:
+        return PgKVCache(target, table, knowledge_base(), read_only=True), None
+    except CacheStoreError as exc:
+        return None, str(exc)
+
+
+def describe_cache_store(paths) -> str:
+    """Where the home's caches and ledger are, for messages: the database (no password) or the file."""
+    from graphrag_pipeline.llm.pg_store import cache_target
+
+    target = cache_target(paths)
+    return str(paths.cache_db) if target is None else f"{target.describe()} (from {target.source})"

@@ -313,7 +313,7 @@ def estimate_home(
     the home's cache database for the next estimate."""
     import time
 
-    from graphrag_pipeline.llm.cache import open_read_only
+    from graphrag_pipeline.llm.cache import open_cache_read_only
     from graphrag_pipeline.llm.dry_run import dry_run
     from graphrag_pipeline.llm.pricing import configured_pricing
     from graphrag_pipeline.settings import setting
@@ -328,8 +328,8 @@ def estimate_home(
     started = time.perf_counter()
     todo = _chunks_of(stale, files, env)
     xsettings = extraction_settings_from_env(method, env)
-    ext_cache, _ = open_read_only(paths.cache_db, "extraction")
-    llm_cache, _ = open_read_only(paths.cache_db, "llm")
+    ext_cache, _ = open_cache_read_only(paths, "extraction")
+    llm_cache, _ = open_cache_read_only(paths, "llm")
     base = extraction_base(
         [(cid, text) for chunks in todo.values() for _, cid, text in chunks],
         method,
@@ -343,9 +343,9 @@ def estimate_home(
         note = "nothing to extract: summaries, resolution and reports are assumed unchanged"
         return CostEstimate(method, model, len(stale), base, phases, configured_pricing(env), [note])
     kept = _chunks_of(sorted(set(files) - set(stale)), files, env)
-    from graphrag_pipeline.llm.cache import KVCache
+    from graphrag_pipeline.llm.cache import open_cache
 
-    memo = KVCache(paths.cache_db, "dry_run") if remember else open_read_only(paths.cache_db, "dry_run")[0]
+    memo = open_cache(paths, "dry_run") if remember else open_cache_read_only(paths, "dry_run")[0]
     run = dry_run(
         method,
         xsettings,

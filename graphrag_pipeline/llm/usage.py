@@ -58,7 +58,8 @@ def _totals_sql(present: set[str]) -> str:
     return f"SELECT {', '.join(parts)} FROM llm_usage"
 
 
-def _usage(row) -> LLMUsage:
+def usage_from_row(row) -> LLMUsage:
+    """The usage of a row of totals in the order of ``_COLUMNS``."""
     return LLMUsage(*(float(v) if c == "cost_usd" else int(v) for c, v in zip(_COLUMNS, row)))
 
 
@@ -130,7 +131,7 @@ class UsageLedger:
             ).fetchall()
         finally:
             con.close()
-        return {r[0]: _usage(r[1:]) for r in rows}
+        return {r[0]: usage_from_row(r[1:]) for r in rows}
 
     def totals(self) -> LLMUsage:
         con = self._con()
@@ -138,7 +139,27 @@ class UsageLedger:
             row = con.execute(_totals_sql(set(_COLUMNS))).fetchone()
         finally:
             con.close()
-        return _usage(row)
+        return usage_from_row(row)
+
+
+def open_ledger(paths):
+    """The home's ledger: in the Postgres database of the caches when there is one (one knowledge
+    base's rows), else in the home's SQLite file (see `llm.cache.open_cache`)."""
+    from graphrag_pipeline.llm.pg_store import PgUsageLedger, cache_target
+    from graphrag_pipeline.settings import knowledge_base
+
+    target = cache_target(paths)
+    return UsageLedger(paths.cache_db) if target is None else PgUsageLedger(target, knowledge_base())
+
+
+def read_ledger_totals(paths) -> LLMUsage:
+    """The home's ledger totals, read without writing anything, whichever store holds it (see
+    `read_usage_totals`; an unreachable database raises CacheStoreError naming its host)."""
+    from graphrag_pipeline.llm.pg_store import cache_target, read_pg_usage_totals
+    from graphrag_pipeline.settings import knowledge_base
+
+    target = cache_target(paths)
+    return read_usage_totals(paths.cache_db) if target is None else read_pg_usage_totals(target, knowledge_base())
 
 
 def read_usage_totals(path) -> LLMUsage:
@@ -165,4 +186,4 @@ def read_usage_totals(path) -> LLMUsage:
         raise
     finally:
         con.close()
-    return _usage(row)
+    return usage_from_row(row)

@@ -302,10 +302,10 @@ def _entity(row: dict) -> dict:
 def _client_from_env(home: Path):
     """The LLM client `graphrag-pipeline query` would use (None without OPENAI_* settings), with the
     home's LLM cache read-only."""
-    from graphrag_pipeline.llm.cache import open_read_only
+    from graphrag_pipeline.llm.cache import open_cache_read_only
     from graphrag_pipeline.llm.client import LLMClient
 
     client = LLMClient.from_env()
     if client is not None:
-        client.cache, _problem = open_read_only(Paths(home).cache_db, "llm")
+        client.cache, _problem = open_cache_read_only(Paths(home), "llm")
     return client

@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.llm.cache import KVCache, open_cache, open_cache_read_only
 from graphrag_pipeline.llm.pg_store import (
     CacheStoreError,
@@ -213,37 +214,68 @@ def test_two_processes_write_the_cache_and_ledger_at_once_and_lose_nothing(db_ur
     assert read_pg_usage_totals(target, "kb") == LLMUsage(2 * rounds, 4 * rounds, 20 * rounds, 10 * rounds, rounds, 0)
 
 
-def _spender(url: str, account: str, calls: int, out) -> None:
-    from graphrag_pipeline.llm.budget import SharedBudgetAccountant
+def _spender(home: str, run_id: str, calls: int, out, barrier) -> None:
+    """A step process of the run ``run_id``: it joins the run's account as a step does (its environment
+    names the cache database and the limit), then spends."""
+    from graphrag_pipeline.llm import budget
 
-    acc = SharedBudgetAccountant(PgBudget(target_from_url(url), "kb", account, 1.0), 1.0)
+    acc = budget.join_run(run_id, Paths(Path(home)))
+    barrier.wait(60)  # both processes spend at the same time
     made = 0
     for _ in range(calls):
         if acc.reserve(0.08, poll_s=0.01) is not None:
             break
         acc.settle(0.08, 0.05)  # the answer cost less than its worst case
         made += 1
-    out.put(made)
+    out.put((made, type(acc).__name__))
 
 
-def test_one_budget_across_two_processes(db_url):
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_spender, args=(db_url, "run:r1", 40, out)) for _ in range(2)]
+def test_one_budget_across_two_processes_of_a_run(home, db_url, monkeypatch):
+    monkeypatch.setenv("GRAPHRAG_CACHE_URL", db_url)
+    monkeypatch.setenv("GRAPHRAG_MAX_COST_USD", "1.0")
+    ctx = multiprocessing.get_context("spawn")  # a child reads the environment set above
+    out, barrier = ctx.Queue(), ctx.Barrier(2)
+    procs = [ctx.Process(target=_spender, args=(str(home), "r1", 40, out, barrier)) for _ in range(2)]
     for p in procs:
         p.start()
-    made = [out.get(timeout=120) for _ in procs]
+    results = [out.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    # together: as many calls as the budget allows (worst case 0.08 each, 0.05 spent each): 19 x 0.05 = 0.95,
-    # and a 20th would reserve 0.08 over 1.0; one process alone could not have made them all
-    assert sum(made) == 19 and all(m > 0 for m in made)
-    budget = PgBudget(target_from_url(db_url), "kb", "run:r1", 1.0)
+    made = [m for m, _ in results]
+    assert {kind for _, kind in results} == {"SharedBudgetAccountant"}
+    # together as many calls as one budget allows (worst case 0.08 each, 0.05 spent each): 19 x 0.05 = 0.95,
+    # and a 20th would reserve 0.08 over 1.0 (a budget per process would have allowed 19 each)
+    assert sum(made) == 19
+    budget = PgBudget(target_from_url(db_url), "default", "run:r1", 1.0)
     spent, reserved, refused = budget.state()
     assert spent == pytest.approx(0.95) and reserved == 0 and refused == 2
     # another run has its own account
-    assert PgBudget(target_from_url(db_url), "kb", "run:r2", 1.0).try_reserve(0.5)[0] == "held"
+    assert PgBudget(target_from_url(db_url), "default", "run:r2", 1.0).try_reserve(0.5)[0] == "held"
+
+
+def test_a_step_joins_its_runs_account(home, db_url, monkeypatch):
+    import dagster as dg
+
+    from graphrag_pipeline.defs.llm_step import StepLLM
+    from graphrag_pipeline.llm import budget
+
+    monkeypatch.setattr(budget, "_current", None)  # restored afterwards: nothing leaks into other tests
+    monkeypatch.setattr(budget, "_build_started", False)
+    monkeypatch.setenv("GRAPHRAG_CACHE_URL", db_url)
+    monkeypatch.setenv("GRAPHRAG_MAX_COST_USD", "2.5")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # a client is made; no call is
+    seen = {}
+
+    @dg.asset
+    def llm_step(settings: PipelineSettings, llm: LLMSettings) -> None:
+        StepLLM("doc_subgraph", settings, llm, used=True)
+        seen["account"] = budget.current().account
+
+    result = dg.materialize([llm_step], resources={"settings": PipelineSettings(), "llm": LLMSettings()})
+    assert result.success
+    assert seen["account"] == f"run:{result.run_id}"
+    assert PgBudget(target_from_url(db_url), "default", f"run:{result.run_id}", 2.5).state() == (0.0, 0.0, 0)
 
 
 def _reserve_and_die(url: str) -> None:

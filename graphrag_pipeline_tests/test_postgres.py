@@ -36,6 +36,9 @@ def test_build_and_edit_on_a_postgres_instance(home, corpus, tmp_path, pg_server
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     assert f"Dagster instance {folder} (from DAGSTER_HOME; Postgres storage); knowledge base default" in out
+    # the caches and the ledger go to the instance's database, not to the home's SQLite file
+    assert f"caches and LLM ledger: postgresql://{pg_server.user}@{pg_server.host}:{pg_server.port}/kb_" in out
+    assert not (home / "cache" / "cache.sqlite").exists()
     assert "GRAPHRAG_KB is not set" in out  # a shared instance with unscoped names is pointed out
     assert pg_server.password not in out
     assert (folder / "dagster.yaml").read_bytes() == yaml_before  # the user's instance is never rewritten

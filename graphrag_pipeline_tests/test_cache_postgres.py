@@ -75,6 +75,23 @@ def test_cache_round_trip_scoped_by_knowledge_base_and_shared_llm_answers(db_url
     assert PgKVCache(target, "llm", "medical").get("answer-key") == {"text": "an answer"}
 
 
+def test_connections_ended_by_the_server_are_replaced(db_url):
+    cache = PgKVCache(target_from_url(db_url), "llm", "default")
+    cache.put_many({"a": 1, "b": 2})
+    assert cache.get("a") == 1  # its connection is idle in the pool now
+    admin = psycopg2.connect(db_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:  # what a server restart or a proxy's idle timeout does to them
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'graphrag-pipeline'"
+        )
+        assert cur.fetchall()
+    admin.close()
+    assert cache.get_many(["a", "b"]) == {"a": 1, "b": 2}
+    cache.put("c", 3)
+    assert len(cache) == 3
+
+
 def test_read_only_cache_and_ledger_create_nothing(db_url):
     target = target_from_url(db_url)
     reader = PgKVCache(target, "llm", "default", read_only=True)

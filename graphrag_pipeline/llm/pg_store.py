@@ -134,10 +134,10 @@ def _pg_config_of(yaml_text: str) -> dict | None:
     return None
 
 
-def instance_target(folder: Path, env: Mapping[str, str] | None = None) -> PgTarget | None:
+def instance_target(folder: Path) -> PgTarget | None:
     """The Postgres database the Dagster instance in ``folder`` stores its runs in, None when it
     has no dagster.yaml or stores them elsewhere. Env-var references are resolved by Dagster's
-    own config processing (from ``env``, default the process's environment)."""
+    own config processing (from the process's environment, as Dagster does)."""
     yaml_path = Path(folder) / "dagster.yaml"
     try:
         text = yaml_path.read_text(encoding="utf-8")
@@ -147,7 +147,7 @@ def instance_target(folder: Path, env: Mapping[str, str] | None = None) -> PgTar
     if raw_config is None:
         return None
     source = f"the Dagster instance {folder}"
-    resolved = _process_pg_config(raw_config, env, source)
+    resolved = _process_pg_config(raw_config, source)
     if resolved.get("postgres_url"):
         target = target_from_url(str(resolved["postgres_url"]), source)
         return PgTarget(target.params, source, target.secrets)
@@ -167,38 +167,25 @@ def instance_target(folder: Path, env: Mapping[str, str] | None = None) -> PgTar
     return PgTarget(tuple(sorted((k, v) for k, v in params.items() if v)), source, (password,))
 
 
-def _process_pg_config(raw_config: dict, env: Mapping[str, str] | None, source: str) -> dict:
+def _process_pg_config(raw_config: dict, source: str) -> dict:
     from dagster._config import process_config
     from dagster._core.storage.config import pg_config
 
-    def run() -> dict:
-        result = process_config(pg_config(), raw_config)
-        if not result.success:
-            reasons = "; ".join(e.message for e in result.errors)
-            raise CacheStoreError(f"{source}: its postgres storage config cannot be read: {reasons}")
-        return dict(result.value)
-
-    if env is None or env is os.environ:
-        return run()
-    saved = dict(os.environ)  # Dagster reads os.environ; stand `env` in for it while processing
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        return run()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    result = process_config(pg_config(), raw_config)
+    if not result.success:
+        reasons = "; ".join(e.message for e in result.errors)
+        raise CacheStoreError(f"{source}: its postgres storage config cannot be read: {reasons}")
+    return dict(result.value)
 
 
-def cache_target(paths, env: Mapping[str, str] | None = None) -> PgTarget | None:
+def cache_target(paths) -> PgTarget | None:
     """The Postgres database of the caches and the ledger of a home, or None for its SQLite file."""
     from graphrag_pipeline.settings import raw
 
-    env = os.environ if env is None else env
-    url = raw("GRAPHRAG_CACHE_URL", env)
+    url = raw("GRAPHRAG_CACHE_URL")
     if url:
         return target_from_url(url)
-    return instance_target(instance_dir(paths, env), env)
+    return instance_target(instance_dir(paths))
 
 
 # -- connections ------------------------------------------------------------------------------------
@@ -212,8 +199,13 @@ class _Pool:
         self._lock = threading.Lock()
 
     def _connect(self):
-        import psycopg2
-
+        try:
+            import psycopg2
+        except ImportError:
+            raise CacheStoreError(
+                f"the cache database {self.target.describe()} (from {self.target.source}) needs psycopg2: "
+                "pip install 'graphrag-pipeline[postgres]'"
+            ) from None
         try:
             con = psycopg2.connect(connect_timeout=10, application_name="graphrag-pipeline", **self.target.kwargs)
         except psycopg2.Error as exc:
@@ -236,7 +228,11 @@ class _Pool:
         try:
             yield con
         except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            con.close()  # a broken connection is not given back
+            con.close()  # a broken connection is not given back, nor those idle beside it (a server restart)
+            with self._lock:
+                idle, self._idle = self._idle, []
+            for other in idle:
+                other.close()
             raise
         except BaseException:
             if not con.closed:

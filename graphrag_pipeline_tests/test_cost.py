@@ -4,6 +4,7 @@ scripted server, the budget stopping a build cleanly and a larger one finishing 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -231,9 +232,16 @@ def test_estimate_of_an_incremental_build_is_within_20_percent(server, corpus, h
     _within_20_percent(estimate, server.chat_count - calls, server.prompt_tokens - tokens)
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_budget_stops_the_build_cleanly_and_a_larger_one_finishes_without_redoing_work(
-    server, corpus, home, monkeypatch
+    server, corpus, home, monkeypatch, store, request
 ):
+    if store == "postgres":  # the caches, the ledger and the build's account in the database (test_cache_postgres.py)
+        import uuid
+
+        pg = request.getfixturevalue("pg_server")
+        db = pg.create_database(f"cost_{uuid.uuid4().hex[:10]}")
+        monkeypatch.setenv("GRAPHRAG_CACHE_URL", f"postgresql://{pg.user}:{pg.password}@{pg.host}:{pg.port}/{db}")
     monkeypatch.setenv("GRAPHRAG_MAX_CONCURRENT_CHATS", "2")
     monkeypatch.setenv("GRAPHRAG_MAX_COST_USD", "0.5")
     import contextlib
@@ -250,6 +258,15 @@ def test_budget_stops_the_build_cleanly_and_a_larger_one_finishes_without_redoin
     first = list(server.requests)
     spent = cli_json("stats", "--json")["llm"]
     assert 0 < spent["cost_usd"] <= 0.5 and spent["calls"] == len(first)
+    if store == "postgres":  # the build's account in the database says the same
+        import psycopg2
+
+        con = psycopg2.connect(os.environ["GRAPHRAG_CACHE_URL"])
+        with con.cursor() as cur:
+            cur.execute("SELECT spent_usd, refused FROM graphrag_budget")
+            ((account_spent, refused),) = cur.fetchall()
+        con.close()
+        assert account_spent == pytest.approx(spent["cost_usd"], abs=1e-5) and refused >= 1
 
     monkeypatch.setenv("GRAPHRAG_MAX_COST_USD", "100")
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")

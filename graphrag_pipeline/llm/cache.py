@@ -6,6 +6,9 @@ instead of failing. Values are JSON.
 ``KVCache(..., read_only=True)`` (or :func:`open_read_only`) never writes: no folder, no table,
 no journal-mode change; lookups of a table that does not exist find nothing and ``put`` is a
 no-op. It works on a home the reader cannot write, as :func:`connect_read_only` explains.
+
+The pipeline opens its caches with :func:`open_cache` / :func:`open_cache_read_only`, which give
+this SQLite cache or, when the home's caches are in PostgreSQL, `pg_store.PgKVCache` (same interface).
 """
 
 from __future__ import annotations
@@ -206,11 +209,3 @@ def open_cache_read_only(paths, table: str) -> tuple[object | None, str | None]:
         return PgKVCache(target, table, knowledge_base(), read_only=True), None
     except CacheStoreError as exc:
         return None, str(exc)
-
-
-def describe_cache_store(paths) -> str:
-    """Where the home's caches and ledger are, for messages: the database (no password) or the file."""
-    from graphrag_pipeline.llm.pg_store import cache_target
-
-    target = cache_target(paths)
-    return str(paths.cache_db) if target is None else f"{target.describe()} (from {target.source})"

@@ -11,9 +11,10 @@
 - deploy/k8s/Dockerfile parses, starts from python:3.11-slim and installs the extras a run pod needs
   at the chart's Dagster version.
 
-The chart's values.schema.json is not on any registry this project can reach, so the chart keys are
-checked against the key sets below (written from the chart's schema of 1.13); every check also
-rejects a deliberately broken copy.
+The chart (and its values.schema.json) is on no registry this project can reach, so the chart keys are
+checked against the key sets below, written from the chart's schema models (helm/dagster/schema in
+Dagster's repository) as far as they could be read - not from the 1.13.27 release itself; `helm
+template` with the chart is the final check. Every check also rejects a deliberately broken copy.
 """
 
 from __future__ import annotations
@@ -455,6 +456,12 @@ def test_docs_install_the_chart_version_of_the_values():
     versions = set(re.findall(r"--version (\d+\.\d+\.\d+)", DOCS.read_text(encoding="utf-8")))
     assert versions == set(re.findall(r"--version (\d+\.\d+\.\d+)", VALUES.read_text(encoding="utf-8")))
     assert len(versions) == 1
+    # instance.yaml names what the chart derives from the release and namespace of that command
+    release, namespace = re.search(
+        r"helm upgrade --install (\S+) dagster/dagster .*-n (\S+)", DOCS.read_text()
+    ).groups()
+    launcher = _yaml(INSTANCE)["run_launcher"]["config"]
+    assert (launcher["instance_config_map"], launcher["job_namespace"]) == (f"{release}-instance", namespace)
 
 
 # -- the Dockerfile --------------------------------------------------------------------------------

@@ -153,6 +153,31 @@ def test_concurrent_pushes_of_different_files_from_one_scratch_and_from_two(buck
     assert len(fresh.pull().downloaded) == 20
 
 
+def test_a_pull_racing_a_push_lists_again_instead_of_keeping_a_manifest_without_its_tables(bucket_url, tmp_path):
+    server, bucket, url = bucket_url
+    a = RemoteHome(url, tmp_path / "a")
+    a.pull()
+    _write(a.scratch / "graph/g.t.g2.parquet", b"g2")
+    _write(a.scratch / "graph/g.manifest.json", b'{"tables": {"t": "g.t.g2.parquet"}}')
+    a.push()
+
+    class Racing(RemoteHome):
+        """Its first listing still shows the generation a push elsewhere has just deleted."""
+
+        listings = 0
+
+        def list_remote(self):
+            found = super().list_remote()
+            Racing.listings += 1
+            if Racing.listings == 1:
+                found["graph/g.t.g1.parquet"] = {"etag": '"old"', "size": 2}
+            return found
+
+    b = Racing(url, tmp_path / "b")
+    assert sorted(b.pull().downloaded) == ["graph/g.manifest.json", "graph/g.t.g2.parquet"]
+    assert Racing.listings == 2 and not (b.scratch / "graph/g.t.g1.parquet").exists()
+
+
 def test_a_missing_bucket_and_a_dead_endpoint_are_one_clear_line(s3_env, tmp_path, monkeypatch):
     with pytest.raises(RemoteHomeError) as info:
         RemoteHome("s3://no-such-bucket-here/kb", tmp_path / "s").pull()

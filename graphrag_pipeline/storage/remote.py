@@ -25,6 +25,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -36,11 +37,20 @@ SCHEMES = ("s3", "s3a")  # what RemoteHome serves (fsspec's s3 file system)
 SYNC_DIR = ".sync"  # in the scratch: the sync record and its lock (never pushed)
 SINGLE_PUT_BYTES = 100 * 2**20  # below this a file is one put_object (s3fs: 2 x its 50 MiB part size)
 _WORKERS = 8
+_PULL_ATTEMPTS = 5
 
 
 class RemoteHomeError(Exception):
     """The bucket cannot be used (missing, access denied, endpoint unreachable): one line naming
     the URL and what to do, never a credential."""
+
+
+class _NoBucket(Exception):
+    pass
+
+
+class _Vanished(Exception):
+    """An object listed by a pull was deleted before it was downloaded (a push elsewhere replaced it)."""
 
 
 def is_remote(home: str | os.PathLike | None) -> bool:
@@ -141,7 +151,7 @@ class RemoteHome:
         if isinstance(exc, PermissionError):
             what = "access denied: check the AWS credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE) "
             what += "and that they may list, read and write this bucket"
-        elif isinstance(exc, FileNotFoundError) and not getattr(exc, "filename", None):
+        elif isinstance(exc, _NoBucket):
             what = f"the bucket {self.bucket} does not exist: create it, or fix GRAPHRAG_HOME"
         elif isinstance(exc, FileNotFoundError):
             what = f"an object vanished while {action} ({exc}): another writer? run the command again"
@@ -157,7 +167,7 @@ class RemoteHome:
             self.fs.call_s3("head_bucket", Bucket=self.bucket)
         except Exception as exc:  # noqa: BLE001 - said as one line
             if isinstance(exc, FileNotFoundError):
-                exc = FileNotFoundError()  # the bucket itself
+                exc = _NoBucket()
             raise self._error(exc, "opening the bucket") from None
 
     def list_remote(self) -> dict[str, dict]:
@@ -235,6 +245,18 @@ class RemoteHome:
         def wanted_path(rel: str) -> bool:
             return is_synced(rel) and (only is None or rel.startswith(only))
 
+        for attempt in range(_PULL_ATTEMPTS):
+            try:
+                return self._pull(wanted_path, atomic_path)
+            except _Vanished:
+                # a push elsewhere replaced what was listed (a new generation, then its old files deleted):
+                # list again, so the copy never holds a manifest without its tables
+                if attempt == _PULL_ATTEMPTS - 1:
+                    raise self._error(FileNotFoundError("objects kept vanishing"), "downloading") from None
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _pull(self, wanted_path, atomic_path) -> SyncReport:
         report = SyncReport()
         remote = {rel: info for rel, info in self.list_remote().items() if wanted_path(rel)}
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -249,20 +271,27 @@ class RemoteHome:
 
             def get(rel: str) -> tuple[str, int, int]:
                 target = self.scratch / rel
-                with atomic_path(target) as tmp:
-                    self.fs.get_file(self._key(rel), str(tmp))
+                try:
+                    with atomic_path(target) as tmp:
+                        self.fs.get_file(self._key(rel), str(tmp))
+                except FileNotFoundError as exc:
+                    if str(self.scratch) in str(getattr(exc, "filename", "") or ""):
+                        raise
+                    raise _Vanished(rel) from None
                 st = target.stat()
                 return rel, st.st_size, st.st_mtime_ns
 
             try:
-                with ThreadPoolExecutor(_WORKERS) as pool:
-                    for rel, size, mtime_ns in pool.map(get, wanted):
-                        db.execute(
-                            "INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
-                            (rel, remote[rel]["etag"], size, mtime_ns),
-                        )
-                        report.downloaded.append(rel)
-            except RemoteHomeError:
+                for rank in (0, 1):  # data files before the JSON files naming them, as pushed
+                    batch = sorted(rel for rel in wanted if _push_rank(rel) == rank)
+                    with ThreadPoolExecutor(_WORKERS) as pool:
+                        for rel, size, mtime_ns in pool.map(get, batch):
+                            db.execute(
+                                "INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
+                                (rel, remote[rel]["etag"], size, mtime_ns),
+                            )
+                            report.downloaded.append(rel)
+            except (RemoteHomeError, _Vanished):
                 raise
             except Exception as exc:  # noqa: BLE001
                 if isinstance(exc, OSError) and not isinstance(exc, (PermissionError, FileNotFoundError)):

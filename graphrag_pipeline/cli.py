@@ -1039,6 +1039,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
+    _remote_pull(("state/",))  # the home's record; the UI's runs and sensors pull what they read
     from graphrag_pipeline.storage.home import read_home_record
 
     record = read_home_record(paths.home)

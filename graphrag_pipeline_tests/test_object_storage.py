@@ -340,3 +340,17 @@ def test_an_object_missing_from_the_bucket_fails_the_step_that_needs_it(
     assert not result.get_asset_materialization_events()
     # the published index in the bucket is the one of the good build
     assert "kb/index/search_index.duckdb" in server.objects(bucket, "kb/index/")
+
+
+def test_the_cli_says_a_missing_bucket_in_one_line_and_exits_non_zero(
+    home, corpus, s3_env, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("GRAPHRAG_HOME", "s3://no-such-bucket-here/kb")
+    monkeypatch.setenv("GRAPHRAG_SCRATCH", str(tmp_path / "scratch"))
+    for args in (("stats", "--json"), ("build", "--corpus", str(corpus), "--method", "fast")):
+        code, out = cli(*args)
+        err = capsys.readouterr().err
+        assert code == 2, (out, err)
+        line = [x for x in err.splitlines() if x.startswith("error:")]
+        assert len(line) == 1 and "s3://no-such-bucket-here/kb" in line[0] and "does not exist" in line[0], err
+        assert "Traceback" not in err and FAKE_SECRET not in out + err

@@ -326,11 +326,23 @@ def test_an_object_missing_from_the_bucket_fails_the_step_that_needs_it(
     monkeypatch.setenv("GRAPHRAG_SCRATCH", str(tmp_path / "machine-1"))
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
+    inst = dg.DagsterInstance.from_config(str(tmp_path / "machine-1" / "dagster"))
+
+    # the corpus sensor on another machine reads the home from the bucket (a pull, never a push)
+    from graphrag_pipeline.defs.resources import settings_from_env
+    from graphrag_pipeline.defs.sensors import corpus_sensor
+
+    monkeypatch.setenv("GRAPHRAG_SCRATCH", "ephemeral")
+    before = server.objects(bucket)
+    with dg.build_sensor_context(instance=inst, resources={"settings": settings_from_env()}) as ctx:
+        tick = corpus_sensor(ctx)
+    assert not tick.run_requests and "7 documents, none new or changed" in tick.skip_reason.skip_message
+    assert server.objects(bucket) == before
+
     key = "darwin_and_wallace.txt"
     server.client().delete_object(Bucket=bucket, Key=f"kb/tables/doc_subgraph/{key}.relations.parquet")
 
-    monkeypatch.setenv("GRAPHRAG_SCRATCH", "ephemeral")  # a step on another machine
-    inst = dg.DagsterInstance.from_config(str(tmp_path / "machine-1" / "dagster"))
+    # a step on another machine (GRAPHRAG_SCRATCH=ephemeral: a fresh working copy)
     result = current_defs().resolve_job_def("graph_job").execute_in_process(instance=inst, raise_on_error=False)
     assert not result.success
     failures = {e.step_key: e.event_specific_data.error.message for e in result.get_step_failure_events()}

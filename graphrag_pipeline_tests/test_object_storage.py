@@ -366,3 +366,32 @@ def test_the_cli_says_a_missing_bucket_in_one_line_and_exits_non_zero(
         line = [x for x in err.splitlines() if x.startswith("error:")]
         assert len(line) == 1 and "s3://no-such-bucket-here/kb" in line[0] and "does not exist" in line[0], err
         assert "Traceback" not in err and FAKE_SECRET not in out + err
+
+
+def test_a_failed_step_still_pushes_what_it_finished_and_a_sensor_never_pushes(bucket_url, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from graphrag_pipeline.defs.resources import PipelineSettings
+
+    server, bucket, url = bucket_url
+    monkeypatch.setenv("GRAPHRAG_HOME", url)
+    monkeypatch.setenv("GRAPHRAG_SCRATCH", "ephemeral")
+    step = SimpleNamespace(dagster_run=object())  # what Dagster gives a run's step
+    seen = []
+    with pytest.raises(RuntimeError, match="the step failed"):
+        with PipelineSettings().yield_for_execution(step) as settings:
+            seen.append(settings.paths.home)
+            _write(settings.paths.tables / "chunks" / "done.parquet", b"finished before the failure")
+            raise RuntimeError("the step failed")
+    assert server.objects(bucket) == {"kb/tables/chunks/done.parquet": b"finished before the failure"}
+    assert not seen[0].exists()  # the ephemeral working copy is gone
+
+    sensor = SimpleNamespace(dagster_run=None)
+    with PipelineSettings().yield_for_execution(sensor) as settings:
+        assert (settings.paths.tables / "chunks" / "done.parquet").read_bytes() == b"finished before the failure"
+        _write(settings.paths.tables / "chunks" / "stray.parquet", b"x")
+    assert set(server.objects(bucket)) == {"kb/tables/chunks/done.parquet"}
+
+    monkeypatch.setenv("GRAPHRAG_HOME", str(tmp_path / "local"))  # a local home: no working copy, no sync
+    with PipelineSettings().yield_for_execution(step) as settings:
+        assert settings.paths.home == tmp_path / "local" and settings.scratch is None

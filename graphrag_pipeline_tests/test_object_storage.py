@@ -395,3 +395,12 @@ def test_a_failed_step_still_pushes_what_it_finished_and_a_sensor_never_pushes(b
     monkeypatch.setenv("GRAPHRAG_HOME", str(tmp_path / "local"))  # a local home: no working copy, no sync
     with PipelineSettings().yield_for_execution(step) as settings:
         assert settings.paths.home == tmp_path / "local" and settings.scratch is None
+
+
+def test_access_denied_says_what_to_check_and_a_secret_in_an_error_text_is_redacted(s3_env, tmp_path):
+    home = RemoteHome("s3://bucket/kb", tmp_path / "s")
+    denied = str(home._error(PermissionError("AccessDenied"), "listing it"))
+    assert denied.startswith("cannot use the home s3://bucket/kb") and "access denied" in denied
+    assert "AWS_ACCESS_KEY_ID" in denied and FAKE_SECRET not in denied
+    odd = str(home._error(ConnectionError(f"signature with {FAKE_SECRET} rejected"), "uploading"))
+    assert FAKE_SECRET not in odd and "***" in odd and "check the endpoint" in odd

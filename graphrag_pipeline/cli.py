@@ -16,11 +16,63 @@ from graphrag_pipeline import interrupts, progress
 from graphrag_pipeline.settings import METHODS, PROJECT_ROOT, default_home
 from graphrag_pipeline.storage.layout import Paths
 
+_REMOTE: dict = {}  # a home on object storage: "sync" (its RemoteHome), "ephemeral" (a scratch to remove at the end)
+
+
+def _home_of(args: argparse.Namespace) -> Path | str:
+    """`--home`, else GRAPHRAG_HOME: a folder, or the URL of a home on object storage."""
+    from graphrag_pipeline.storage.remote import is_remote, normalize_url
+
+    given = getattr(args, "home", None)
+    if not given:
+        return default_home()
+    if is_remote(given):
+        try:
+            return normalize_url(given)
+        except ValueError as exc:
+            raise SystemExit(f"error: --home {given}: {exc}") from None
+    return Path(given).expanduser().resolve()
+
+
+def _local_home(home: Path | str) -> Path:
+    """The folder the commands work on: the home, or a remote home's working copy (GRAPHRAG_SCRATCH),
+    whose RemoteHome this process keeps in _REMOTE for its pulls and pushes."""
+    if isinstance(home, Path):
+        _REMOTE.clear()
+        return home
+    from graphrag_pipeline.settings import EPHEMERAL, setting
+    from graphrag_pipeline.storage.remote import RemoteHome, ephemeral_scratch
+
+    sync = _REMOTE.get("sync")
+    if sync is not None and sync.url == home:
+        return sync.scratch
+    scratch = setting("GRAPHRAG_SCRATCH")
+    _REMOTE.clear()
+    if scratch == EPHEMERAL:
+        scratch = _REMOTE["ephemeral"] = ephemeral_scratch()
+    _REMOTE["sync"] = RemoteHome(home, scratch)
+    return scratch
+
+
+def _remote_pull(only: tuple[str, ...] | None = None, quiet: bool = False) -> None:
+    sync = _REMOTE.get("sync")
+    if sync is not None:
+        if not quiet:
+            print(f"home {sync.url} (working copy {sync.scratch})", file=sys.stderr)
+        sync.pull(only)
+
+
+def _remote_push() -> None:
+    sync = _REMOTE.get("sync")
+    if sync is not None:
+        sync.push()
+
 
 def _prepare_environment(args: argparse.Namespace) -> Paths:
     """Settle GRAPHRAG_HOME and the Dagster instance (DAGSTER_HOME) before Dagster loads."""
-    home = Path(args.home).expanduser().resolve() if getattr(args, "home", None) else default_home()
-    os.environ["GRAPHRAG_HOME"] = str(home)
+    home_setting = _home_of(args)
+    os.environ["GRAPHRAG_HOME"] = str(home_setting)
+    home = _local_home(home_setting)
     if getattr(args, "corpus", None):
         corpus = Path(args.corpus).expanduser().resolve()
         if not corpus.is_dir():
@@ -123,12 +175,15 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     run_config = {"loggers": {"console": {"config": {"log_level": _DAGSTER_LOG_LEVEL["level"]}}}}
     if ops:
         run_config["ops"] = ops
+    _remote_push()  # what the steps read (state files, the home record) is in the bucket before they start
     result = job.execute_in_process(
         instance=instance,
         tags={**(tags or {}), **cli_run_tags(), **_ESTIMATE_TAGS},
         raise_on_error=False,
         run_config=run_config,
     )
+    if _REMOTE:
+        _remote_pull(quiet=True)  # what the steps wrote, wherever they ran
     signo = interrupts.requested()
     if signo:
         from graphrag_pipeline.llm.client import cancel_all_clients
@@ -329,6 +384,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
     if _refuse_bad_settings():
         return 2
+    if _REMOTE:
+        _say(f"home {_REMOTE['sync'].url} on object storage; working copy {paths.home}")
+        if _CHOSEN_INSTANCE.get("source") == PRIVATE_INSTANCE and "ephemeral" in _REMOTE:
+            _say(
+                "note: GRAPHRAG_SCRATCH=ephemeral with the home's private Dagster instance: the instance is removed "
+                "with the working copy when the build ends; export DAGSTER_HOME (e.g. a Postgres instance) to keep it"
+            )
+        _remote_pull(quiet=True)
     from graphrag_pipeline.storage.home import BuildLock, HomeBusy
 
     lock = BuildLock(paths.home)
@@ -349,8 +412,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         from graphrag_pipeline.cli_progress import BuildProgress
         from graphrag_pipeline.settings import setting
 
-        with BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")):  # stopped before any message below
-            return _build(args, paths)
+        try:
+            with BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")):  # stopped before any message below
+                return _build(args, paths)
+        finally:
+            _remote_push()  # the CLI's own files (state, the home record): also after a failed build
     except interrupts.Stop as exc:
         from graphrag_pipeline.llm.client import cancel_all_clients
 
@@ -740,16 +806,19 @@ def _budget_stop_message(args, paths: Paths) -> None:
 
 
 # -- stats / query / export -----------------------------------------------------------------------
-def _reading_paths(args: argparse.Namespace) -> Paths:
+def _reading_paths(args: argparse.Namespace, only: tuple[str, ...] | None = None) -> Paths:
     """The home to read, for `stats` and `query`: nothing is created, copied or opened for writing
-    (they work on a read-only home); only this process's environment is set."""
-    home = Path(args.home).expanduser().resolve() if getattr(args, "home", None) else default_home()
+    (they work on a read-only home); only this process's environment is set. A home on object
+    storage: its working copy, after pulling what the command reads (``only``: these folders)."""
+    home = _home_of(args)
     os.environ["GRAPHRAG_HOME"] = str(home)
-    return Paths(home)
+    local = _local_home(home)
+    _remote_pull(only)
+    return Paths(local)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    paths = _reading_paths(args)
+    paths = _reading_paths(args, ("index/",))
     from graphrag_pipeline.llm.pg_store import CacheStoreError
     from graphrag_pipeline.llm.usage import read_ledger_totals
     from graphrag_pipeline.query import IndexNotFoundError, open_index
@@ -786,7 +855,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    paths = _reading_paths(args)
+    paths = _reading_paths(args, ("index/",))
     from graphrag_pipeline.llm.cache import open_cache_read_only
     from graphrag_pipeline.llm.client import LLMClient, LLMError
     from graphrag_pipeline.query import IndexNotFoundError, SearchParams, open_index, query
@@ -892,7 +961,9 @@ def _print_result(result) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP service and web page over the published index (graphrag_pipeline/serve/)."""
-    paths = _reading_paths(args)
+    paths = _reading_paths(args, ("index/",))
+    if _REMOTE:  # the index published elsewhere reaches this working copy (downloaded when its ETag changed)
+        _follow_remote_index(_REMOTE["sync"])
     import uvicorn
 
     from graphrag_pipeline.query import IndexNotFoundError
@@ -914,8 +985,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _follow_remote_index(sync, interval_s: float = 30.0) -> None:
+    """`serve` of a home on object storage: pull the published index every `interval_s` seconds."""
+    import threading
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            try:
+                sync.pull(("index/",))
+            except Exception as exc:  # noqa: BLE001 - the service keeps serving what it has
+                print(f"warning: {exc}", file=sys.stderr)
+
+    threading.Thread(target=loop, name="graphrag-index-pull", daemon=True).start()
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
+    _remote_pull(("graph/",))
     from graphrag_pipeline.graph.export import write_graphml
     from graphrag_pipeline.storage.store import Store
 
@@ -936,7 +1023,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from graphrag_pipeline.storage.store import Store
     from graphrag_pipeline.storage.verify import verify_home
 
-    home = Path(args.home).expanduser().resolve() if args.home else default_home()
+    home = _reading_paths(args).home
     if not home.is_dir():
         print(f"error: no home at {home}", file=sys.stderr)
         return 2
@@ -966,6 +1053,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     paths = _prepare_environment(args)
+    _remote_pull(("state/",))  # the home's record; the UI's runs and sensors pull what they read
     from graphrag_pipeline.storage.home import read_home_record
 
     record = read_home_record(paths.home)
@@ -1085,7 +1173,17 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.filterwarnings("ignore", message=r".*(beta|preview|experimental|deprecated).*")
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    from graphrag_pipeline.storage.remote import RemoteHomeError, remove_scratch
+
+    try:
+        return int(args.func(args) or 0)
+    except RemoteHomeError as exc:  # the bucket cannot be used: one line, no credential
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if "ephemeral" in _REMOTE:  # GRAPHRAG_SCRATCH=ephemeral: this process's working copy goes with it
+            remove_scratch(_REMOTE["ephemeral"])
+        _REMOTE.clear()
 
 
 def run() -> None:

@@ -51,7 +51,10 @@ def effective_method(env: Mapping[str, str] | None = None) -> str:
 
     env = os.environ if env is None else env
     try:
-        record = read_home_record(Path(s.setting("GRAPHRAG_HOME", env)))
+        home = s.setting("GRAPHRAG_HOME", env)
+        if isinstance(home, str):  # on object storage: its working copy (an ephemeral one holds no record yet)
+            home = s.setting("GRAPHRAG_SCRATCH", env)
+        record = read_home_record(home) if isinstance(home, Path) else None
     except (OSError, ValueError):
         record = None
     return record.method if record else s.setting("GRAPHRAG_METHOD", env)

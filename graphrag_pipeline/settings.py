@@ -30,6 +30,7 @@ OFFLINE_EMBEDDER = "hashing"  # GRAPHRAG_EMBEDDING_MODEL naming the built-in emb
 ES_INDEX_PREFIX = "graphrag-"
 DEFAULT_KB = "default"  # the knowledge base whose instance-wide names are unscoped (homes built before GRAPHRAG_KB)
 KB_PATTERN = r"[a-z][a-z0-9_]{0,39}"  # a Dagster name part and an Elasticsearch alias part, whatever the machine
+EPHEMERAL = "ephemeral"  # GRAPHRAG_SCRATCH: a fresh working copy for each process or step
 
 Env = Mapping[str, str]
 
@@ -41,7 +42,7 @@ class Setting:
     and checked; ``note`` follows the default in messages; ``default_text`` describes a computed one."""
 
     name: str
-    kind: str  # path method int usd bool name text secret list url pg_url es_index file kb
+    kind: str  # path home scratch method int usd bool name text secret list url pg_url es_index file kb
     default: str | None = None
     help: str = ""
     minimum: int | None = None  # int: the smallest allowed value
@@ -64,6 +65,15 @@ def _home_default(env: Env) -> Path:
     return Path.home() / ".graphrag"
 
 
+def _scratch_default(env: Env) -> Path | None:
+    """A remote home's working copy: ~/.cache/graphrag-pipeline/<kb>-<hash of the URL>; None for a local home."""
+    home = setting("GRAPHRAG_HOME", env)
+    if not isinstance(home, str):
+        return None
+    digest = hashlib.sha1(home.encode()).hexdigest()[:10]
+    return Path.home() / ".cache" / "graphrag-pipeline" / f"{setting('GRAPHRAG_KB', env)}-{digest}"
+
+
 def _method_default(env: Env) -> str:
     return "light" if _raw(env, "OPENAI_API_KEY") else "fast"
 
@@ -78,10 +88,19 @@ SETTINGS: dict[str, Setting] = {
     for s in (
         Setting(
             "GRAPHRAG_HOME",
-            "path",
-            help="all state of one knowledge base",
+            "home",
+            help="all state of one knowledge base: a folder, or object storage (s3://bucket/prefix, worked on "
+            "through GRAPHRAG_SCRATCH)",
             default_text="`.graphrag` in the checkout",
             compute=_home_default,
+        ),
+        Setting(
+            "GRAPHRAG_SCRATCH",
+            "scratch",
+            help=f"the local working copy of a home on object storage (ignored for a local home); {EPHEMERAL} = a "
+            "fresh temporary folder for each process or step (as on separate machines)",
+            default_text="~/.cache/graphrag-pipeline/<GRAPHRAG_KB>-<hash of GRAPHRAG_HOME>",
+            compute=_scratch_default,
         ),
         Setting(
             "GRAPHRAG_KB",
@@ -252,6 +271,12 @@ def _parse(s: Setting, text: str) -> Any:
         return parse_list(text)
     if s.kind == "path":
         return Path(text.strip()).expanduser().resolve()
+    if s.kind == "home":  # a URL of object storage stays text (Path would fold its //)
+        from graphrag_pipeline.storage.remote import is_remote, normalize_url
+
+        return normalize_url(text) if is_remote(text) else Path(text.strip()).expanduser().resolve()
+    if s.kind == "scratch":
+        return EPHEMERAL if text.strip().lower() == EPHEMERAL else Path(text.strip()).expanduser().resolve()
     if s.kind == "method":
         method = text.strip().lower()
         if method not in METHODS:
@@ -303,8 +328,9 @@ def endpoint_embedding_model(name: str | None) -> str | None:
     return None if not name or name == OFFLINE_EMBEDDER else name
 
 
-def default_home() -> Path:
-    """`GRAPHRAG_HOME`, else `.graphrag` inside the project checkout (git-ignored), else ~/.graphrag."""
+def default_home() -> Path | str:
+    """`GRAPHRAG_HOME`, else `.graphrag` inside the project checkout (git-ignored), else ~/.graphrag.
+    A home on object storage is its URL (text, ``s3://bucket/prefix``)."""
     return setting("GRAPHRAG_HOME")
 
 

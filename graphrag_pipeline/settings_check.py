@@ -15,9 +15,10 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from graphrag_pipeline.settings import FALSE_WORDS, METHODS, SETTINGS, TRUE_WORDS, parse_list
+from graphrag_pipeline.settings import EPHEMERAL, FALSE_WORDS, METHODS, SETTINGS, TRUE_WORDS, parse_list
 from graphrag_pipeline.settings import default as default_of
 from graphrag_pipeline.settings import setting as parse_setting
+from graphrag_pipeline.storage.remote import is_remote
 
 _MAX_INT = 2**31 - 1  # native code (Leiden, SQLite busy timeouts...) takes 32-bit integers
 
@@ -99,6 +100,7 @@ def _es_index_problem(name: str) -> str | None:
 _KIND_RULES = {
     "usd": "must be an amount in USD >= 0, e.g. 2.50 (default: {default})",
     "kb": "must be 1-40 lowercase letters, digits or _, starting with a letter (default {default})",
+    "home": "must be a folder or an s3://bucket/prefix URL (default {default})",
 }
 
 
@@ -197,9 +199,9 @@ def check_settings(env: Mapping[str, str] | None = None, *, check_paths: bool = 
             add("GRAPHRAG_ES_PASSWORD is set but GRAPHRAG_ES_USERNAME is not (nor a user in GRAPHRAG_ES_URL)")
 
     if check_paths:
-        for name in (s.name for s in SETTINGS.values() if s.kind == "path"):
+        for name in (s.name for s in SETTINGS.values() if s.kind in ("path", "home", "scratch")):
             raw = _value(env, name)
-            if raw is not None:
+            if raw is not None and not is_remote(raw) and raw.strip().lower() != EPHEMERAL:
                 path = os.path.expanduser(raw.strip())
                 if os.path.exists(path) and not os.path.isdir(path):
                     add(f"{name}={_show(raw)}: exists but is not a folder")

@@ -89,3 +89,4 @@ def instance(home, monkeypatch):
 
 from graphrag_pipeline_tests.llm_server import llm_server  # noqa
 from graphrag_pipeline_tests.pg_server import pg_server  # noqa
+from graphrag_pipeline_tests.s3_server import s3_server, s3_env  # noqa

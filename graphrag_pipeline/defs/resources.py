@@ -6,6 +6,7 @@ default. Loading the definitions reads and writes no environment variable; a val
 config (the launchpad) wins over the environment.
 """
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +16,7 @@ from graphrag_pipeline import settings as env_settings
 from graphrag_pipeline.llm.cache import KVCache, open_cache
 from graphrag_pipeline.llm.pg_store import PgKVCache
 from graphrag_pipeline.storage.layout import Paths
+from graphrag_pipeline.storage.remote import RemoteHome, ephemeral_scratch, is_remote, remove_scratch
 from graphrag_pipeline.storage.store import Store
 
 
@@ -39,6 +41,8 @@ class _FromSettings(dg.ConfigurableResource):
             if value is None and name:
                 value = env_settings.setting(name)
                 value = str(value) if isinstance(value, Path) else value
+            if field == "scratch" and value is not None and not is_remote(values.get("home")):
+                value = None  # only a home on object storage has a working copy
             values[field] = value
         return type(self)(**values)
 
@@ -46,7 +50,8 @@ class _FromSettings(dg.ConfigurableResource):
 class PipelineSettings(_FromSettings):
     """Where the corpus and all state live, and how documents are processed."""
 
-    home: str | None = _from("GRAPHRAG_HOME")
+    home: str | None = _from("GRAPHRAG_HOME")  # a folder, or s3://bucket/prefix (worked on in `scratch`)
+    scratch: str | None = _from("GRAPHRAG_SCRATCH")  # a remote home's local working copy (ephemeral: per step)
     corpus_dir: str | None = _from(
         "GRAPHRAG_CORPUS"
     )  # the corpus asked for; a built home's own record wins, see `corpus`
@@ -58,13 +63,46 @@ class PipelineSettings(_FromSettings):
     use_lcc: bool = True
 
     @property
+    def local_home(self) -> Path:
+        """The folder the steps read and write: the home, or a remote home's working copy."""
+        if not is_remote(self.home):
+            return Path(self.home)
+        if not self.scratch or self.scratch == env_settings.EPHEMERAL:
+            raise RuntimeError(f"the home {self.home} has no working copy: the resource was not set up for a step")
+        return Path(self.scratch)
+
+    @property
     def paths(self) -> Paths:
-        return Paths(Path(self.home))
+        return Paths(self.local_home)
+
+    @contextmanager
+    def yield_for_execution(self, context):
+        """A home on object storage: pull into the working copy before the step (or the sensor
+        tick) computes, push what it wrote after it - also after a failed step, so the finished
+        per-partition files of other documents are not lost. A local home: nothing happens."""
+        resolved = self.resolved()
+        if not is_remote(resolved.home):
+            yield resolved
+            return
+        ephemeral = resolved.scratch == env_settings.EPHEMERAL
+        scratch = ephemeral_scratch() if ephemeral else Path(resolved.scratch)
+        try:
+            sync = RemoteHome(resolved.home, scratch)
+            sync.pull()
+            try:
+                values = {name: getattr(resolved, name) for name in type(self).model_fields}
+                yield type(self)(**{**values, "scratch": str(scratch)})
+            finally:
+                if getattr(context, "dagster_run", None) is not None:  # a run's step; a sensor only reads
+                    sync.push()
+        finally:
+            if ephemeral:
+                remove_scratch(scratch)
 
     def _record(self):
         from graphrag_pipeline.storage.home import read_home_record
 
-        return read_home_record(Path(self.home))
+        return read_home_record(self.local_home)
 
     @property
     def corpus(self) -> Path:

@@ -37,6 +37,16 @@ class EsIndexError(RuntimeError):
     """Elasticsearch could not be used; the message names the URL without credentials."""
 
 
+def _home_identity(home: str | os.PathLike | None) -> str | os.PathLike:
+    """What names a home on every machine: a remote home's URL (never its local working copy)."""
+    from graphrag_pipeline.settings import setting
+
+    configured = setting("GRAPHRAG_HOME")
+    if isinstance(configured, str) or home is None:
+        return configured
+    return home
+
+
 @dataclass
 class EsConfig:
     url: str
@@ -62,7 +72,7 @@ class EsConfig:
             url=redact_url(url, keep_query=True),
             alias=setting("GRAPHRAG_ES_INDEX")
             if raw("GRAPHRAG_ES_INDEX") or setting("GRAPHRAG_KB") != DEFAULT_KB
-            else es_index_for(home or setting("GRAPHRAG_HOME")),
+            else es_index_for(_home_identity(home)),
             api_key=raw("GRAPHRAG_ES_API_KEY"),
             username=raw("GRAPHRAG_ES_USERNAME") or (parts.username or None),
             password=raw("GRAPHRAG_ES_PASSWORD") or (parts.password or None),

@@ -56,8 +56,6 @@ PG_ENV = {
 }
 # settings the parts merged alongside this one add (i13-s3: the scratch; i13-cache: the cache store);
 # accepted here until settings.py declares them
-PENDING_SETTINGS = {"GRAPHRAG_SCRATCH", "GRAPHRAG_CACHE_URL"}
-PENDING_EXTRAS = {"s3"}
 SECRET_NAMES = {n for n, s in SETTINGS.items() if s.kind == "secret"} | {
     "AWS_SECRET_ACCESS_KEY",
     "AWS_ACCESS_KEY_ID",
@@ -360,7 +358,7 @@ def deployment_problems(values: Mapping[str, Any]) -> list[str]:
         for var in env:
             if var in SECRET_NAMES:
                 problems.append(f"{name}: {var} is a secret: put it in a Secret (envSecrets), not in env")
-            elif var.startswith("GRAPHRAG_") and var not in SETTINGS and var not in PENDING_SETTINGS:
+            elif var.startswith("GRAPHRAG_") and var not in SETTINGS:
                 problems.append(f"{name}: {var} is not a setting of graphrag-pipeline")
         problems.extend(f"{name}: {p}" for p in check_settings({k: str(v) for k, v in env.items()}, check_paths=False))
         if not env.get("GRAPHRAG_KB"):
@@ -492,7 +490,7 @@ def dockerfile_problems(text: str, tmp_path: Path) -> list[str]:
     else:
         extras = set(install.group(1).split(","))
         declared = set(tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
-        problems.extend(f"extra {e} is not in pyproject.toml" for e in extras - declared - PENDING_EXTRAS)
+        problems.extend(f"extra {e} is not in pyproject.toml" for e in extras - declared)
         problems.extend(f"extra {e} is not installed" for e in {"postgres", "k8s", "s3"} - extras)
     version = args.get("DAGSTER_VERSION")
     chart = re.search(r"--version (\d+\.\d+\.\d+)", VALUES.read_text(encoding="utf-8"))

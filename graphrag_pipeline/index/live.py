@@ -282,6 +282,13 @@ class LiveIndex:
     def dim(self) -> int:
         return self._holder.current().index.dim
 
+    def __getattr__(self, name: str) -> Any:
+        """Any other attribute of DuckDBIndex (e.g. `con`): the current version's, for one-off use in
+        this thread (a query or a loop of reads that must see one version takes a `lease`)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._holder.current().index, name)
+
     def batch(self, calls: list[tuple[Callable[..., Any], tuple]]) -> list:
         """The calls on one version (methods of this LiveIndex are run on that version)."""
         with self.lease() as index:

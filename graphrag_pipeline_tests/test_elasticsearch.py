@@ -313,7 +313,7 @@ def _rows_of(inp: dict):
 
     reportable = inp["communities"].filter(pl.col("size") >= 2)["community_id"].to_list()
     reports = [inp["reports"][c] for c in reportable if c in inp["reports"]]
-    return build_index_rows(inp["nodes"], inp["edges"], inp["communities"], reports, inp["chunks"])
+    return build_index_rows(inp["nodes"], inp["edges"], inp["communities"], reports, inp["chunks"], nhop=False)
 
 
 def test_every_kind_of_change_leaves_elasticsearch_with_the_duckdb_records(es_up, tmp_path, monkeypatch):
@@ -338,6 +338,9 @@ def test_every_kind_of_change_leaves_elasticsearch_with_the_duckdb_records(es_up
         stats = sync_records(cfg, _rows_of(_edit(_inputs())), emb, info, state)
         assert stats.path == "delta" and stats.deleted >= 4 and 0 < stats.written < stats.unchanged, stats
         assert _es_hashes(cfg) == _duckdb_hashes(path)
+        full = tmp_path / "full.duckdb"  # and what a DuckDB index built whole from the edited inputs holds
+        assert _publish(full, _edit(_inputs())).mode == "full"
+        assert _es_hashes(cfg) == _duckdb_hashes(full)
 
         # a sync that fails half-way leaves the meta record without a state id: the next one compares every hash
         calls = {"n": 0}

@@ -193,7 +193,7 @@ def elasticsearch_index(
     started = time.perf_counter()
     nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "elasticsearch_index")
     embedder = _embedder(settings, llm)
-    rows = build_index_rows(nodes, edges, comms, reports, chunk_df)
+    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False)  # paths: where edges changed
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:

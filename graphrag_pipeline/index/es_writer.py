@@ -31,7 +31,16 @@ from urllib.parse import urlsplit
 import polars as pl
 
 from graphrag_pipeline.index.protocol import Embedder
-from graphrag_pipeline.index.records import HASH, NHOP_ORDER_SQL, IndexTables, with_vectors
+from graphrag_pipeline.index.records import (
+    HASH,
+    NHOP_ORDER_SQL,
+    NHOP_SCHEMA,
+    IndexTables,
+    nhop_affected,
+    nhop_paths,
+    with_hash,
+    with_vectors,
+)
 from graphrag_pipeline.urls import redact_url
 
 SCHEMA_VERSION = 3  # 2: documents_kwd on community reports (their sources); 3: chunk pages and section
@@ -467,7 +476,14 @@ def _mapping_problem(es, index: str, dim: int) -> str | None:
 # otherwise (no state file on this machine, an interrupted sync) it compares every record's
 # content hash with the cluster's ("sync"). The records are those the DuckDB writer publishes
 # (index/records.py), built from the same inputs: the DuckDB file is never read.
-STATE_SCHEMA = {"kind": pl.Utf8, "key": pl.Utf8, "key2": pl.Utf8, "fp": pl.UInt64}
+STATE_SCHEMA = {
+    "kind": pl.Utf8,
+    "key": pl.Utf8,
+    "key2": pl.Utf8,
+    "fp": pl.UInt64,
+    "nhop_fp": pl.UInt64,  # entities: the fingerprint of their n-hop paths
+    "weight": pl.Float64,  # relations: their weight (the edges whose change moves n-hop paths)
+}
 _KINDS = {  # kind -> (table, id prefix, key columns)
     "entity": ("entities", "ent", ("key",)),
     "relation": ("relations", "rel", ("source_key", "target_key")),
@@ -482,13 +498,14 @@ def _fingerprint(*cols: str | pl.Expr) -> pl.Expr:
     return pl.struct(*cols).struct.json_encode().hash(_FP_SEED)
 
 
-def _keyed(kind: str, df: pl.DataFrame, fp: pl.Expr) -> pl.DataFrame:
+def _keyed(kind: str, df: pl.DataFrame, fp: pl.Expr, *extra: pl.Expr) -> pl.DataFrame:
     keys = _KINDS[kind][2]
     return df.select(
         pl.lit(kind).alias("kind"),
         pl.col(keys[0]).alias("key"),
         (pl.col(keys[1]) if len(keys) > 1 else pl.lit("")).alias("key2"),
         fp.alias("fp"),
+        *extra,
     )
 
 
@@ -498,20 +515,27 @@ def _unique_chunks(chunks: pl.DataFrame) -> pl.DataFrame:
     return chunks.unique(["doc_id", "chunk_id"], keep="last", maintain_order=True)
 
 
-def record_fingerprints(rows: IndexTables) -> pl.DataFrame:
-    """One row per Elasticsearch record but meta: its kind, key, key2 ("" for one-part keys) and a
-    fingerprint of all its document is made of but the vector (the rows' content hashes; an
-    entity's n-hop paths included). A vector follows from its text and the embedder, which the meta
-    record names."""
-    empty = pl.lit([], dtype=pl.List(pl.UInt64))
-    paths = rows.nhop.group_by("entity_key", maintain_order=True).agg(pl.col(HASH).alias("_nhop"))
-    ents = rows.entities.join(paths, left_on="key", right_on="entity_key", how="left", maintain_order="left")
-    pool = pl.DataFrame(
-        {"type": ["ty2ents"], "_h": [rows.ty2ents[HASH].to_list()]}, schema_overrides={"_h": pl.List(pl.UInt64)}
+def nhop_fingerprints(nhop: pl.DataFrame) -> pl.DataFrame:
+    """entity_key -> nhop_fp: a fingerprint of the entity's n-hop paths, in their order."""
+    hashed = nhop if HASH in nhop.columns else with_hash("nhop", nhop)
+    return (
+        hashed.group_by("entity_key", maintain_order=True)
+        .agg(pl.col(HASH).alias("_h"))
+        .select("entity_key", _fingerprint("_h").alias("nhop_fp"))
     )
+
+
+def record_fingerprints(rows: IndexTables, nhop_fp: pl.DataFrame) -> pl.DataFrame:
+    """One row per Elasticsearch record but meta: its kind, key, key2 ("" for one-part keys) and a
+    fingerprint of all its document is made of but the vector (its row's content hash; an
+    entity's n-hop paths included through `nhop_fp`, see nhop_fingerprints; 0 for none). A vector
+    follows from its text and the embedder, which the meta record names."""
+    ents = rows.entities.join(nhop_fp, left_on="key", right_on="entity_key", how="left", maintain_order="left")
+    ents = ents.with_columns(pl.col("nhop_fp").fill_null(0))
+    pool = pl.DataFrame({"_h": [rows.ty2ents[HASH].to_list()]}, schema={"_h": pl.List(pl.UInt64)})
     frames = [
-        _keyed("entity", ents, _fingerprint(HASH, pl.col("_nhop").fill_null(empty))),
-        _keyed("relation", rows.relations, pl.col(HASH)),
+        _keyed("entity", ents, _fingerprint(HASH, "nhop_fp"), pl.col("nhop_fp")),
+        _keyed("relation", rows.relations, pl.col(HASH), pl.col("weight").cast(pl.Float64)),
         _keyed("community_report", rows.community_reports, pl.col(HASH)),
         _keyed("chunk", _unique_chunks(rows.chunks), pl.col(HASH)),
         pool.select(
@@ -521,7 +545,28 @@ def record_fingerprints(rows: IndexTables) -> pl.DataFrame:
             _fingerprint("_h").alias("fp"),
         ),
     ]
-    return pl.concat([f.cast(STATE_SCHEMA) for f in frames])
+    return pl.concat([_state_columns(f) for f in frames])
+
+
+def _state_columns(df: pl.DataFrame) -> pl.DataFrame:
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in STATE_SCHEMA.items() if c not in df.columns]
+    return df.with_columns(missing).select(list(STATE_SCHEMA)).cast(STATE_SCHEMA)
+
+
+def _nhop_since(state: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The n-hop fingerprints of every entity, computed only for the entities whose paths may have
+    changed since `state` (records/nhop_affected: the ends of added, removed or re-weighted edges
+    and the nodes passing through them); the others keep theirs. Also how many were computed."""
+    old_edges = state.filter(pl.col("kind") == "relation").select(
+        pl.col("key").alias("source_key"), pl.col("key2").alias("target_key"), "weight"
+    )
+    affected = sorted(nhop_affected(old_edges, edges))
+    old = state.filter(pl.col("kind") == "entity").select(pl.col("key").alias("entity_key"), "nhop_fp")
+    if not affected:
+        return old, 0
+    fresh = nhop_fingerprints(nhop_paths(edges, only=affected))
+    gone = pl.Series("k", affected, dtype=pl.Utf8).implode()
+    return pl.concat([old.filter(~pl.col("entity_key").is_in(gone)), fresh]), len(affected)
 
 
 def document_ids(records: pl.DataFrame) -> list[str]:
@@ -537,10 +582,15 @@ def document_ids(records: pl.DataFrame) -> list[str]:
 
 
 def stream_documents(
-    rows: IndexTables, embedder: Embedder, records: pl.DataFrame | None = None, batch: int = BATCH
+    rows: IndexTables,
+    nhop: pl.DataFrame,
+    embedder: Embedder,
+    records: pl.DataFrame | None = None,
+    batch: int = BATCH,
 ) -> Iterator[tuple[str, dict]]:
     """(id, document) of the records named (kind, key, key2; None: all, meta excepted), BATCH rows
-    at a time: vectors are computed for those rows only (the endpoint's are cached)."""
+    at a time: vectors are computed for those rows only (the endpoint's are cached). `nhop` holds
+    the n-hop paths of (at least) the entities written."""
     dim = embedder.dim
     for kind, (table, _, keys) in _KINDS.items():
         df = rows.get(table)
@@ -558,7 +608,7 @@ def stream_documents(
             part = with_vectors(table, df.slice(offset, batch), embedder)
             tables = {table: part}
             if kind == "entity":
-                tables["nhop"] = rows.nhop.filter(pl.col("entity_key").is_in(part["key"].implode()))
+                tables["nhop"] = nhop.filter(pl.col("entity_key").is_in(part["key"].implode()))
             yield from iter_documents(tables, dim)
     if records is None or records.filter(pl.col("kind") == "ty2ents").height:
         yield from iter_documents({"ty2ents": rows.ty2ents}, dim)
@@ -611,8 +661,9 @@ def sync_records(
     full_rebuild: bool = False,
     log=None,
 ) -> EsWriteStats:
-    """Bring the alias up to the records `rows` (index/records.build_index_rows, with n-hop paths;
-    no vectors: those of the records written are computed here with `embedder`).
+    """Bring the alias up to the records `rows` (index/records.build_index_rows; no vectors, no
+    n-hop paths: both are computed here, for the records written, with `embedder` and from the
+    relations; with a state, n-hop paths only around the edges that changed).
 
     delta: the state file the meta record names is here, so only records whose fingerprint changed
     are written and vanished ones deleted by id; sync: every record's content hash is compared with
@@ -622,7 +673,6 @@ def sync_records(
     started = time.perf_counter()
     say = log or (lambda message: None)
     dim, model = embedder.dim, embedder.model_id
-    records = record_fingerprints(rows)
     es = cfg.client()
     try:
         try:
@@ -643,24 +693,29 @@ def sync_records(
             "embedding_model": model,
             "embedding_dim": dim,
             **info,
-            "counts": rows.counts(),
+            "counts": {t: n for t, n in rows.counts().items() if t != "nhop"},
             "built_at": time.time(),
             "index_id": uuid.uuid4().hex,
             "index_version": int(held.get("index_version") or 0) + 1,
             "es_state_id": state_id,
         }
-        if reason:
-            say(f"Elasticsearch: loading a new index ({reason})")
-            docs = itertools.chain(stream_documents(rows, embedder), [("meta", meta_document(meta))])
-            stats = _rebuild(es, cfg, docs, records.height + 1, dim, current)
-            stats.path, stats.reason = "rebuild", reason
+        state = None if reason else _read_state(state_dir, cfg.alias, held.get("es_state_id"))
+        if state is not None:  # n-hop paths: only where an edge changed since
+            nhop_fp, n_affected = _nhop_since(state, rows.relations)
+            say(f"Elasticsearch: {n_affected} entities with possibly new n-hop paths")
+            records = record_fingerprints(rows, nhop_fp)
+            stats = _delta(es, cfg, current, rows, embedder, records, state, held, meta)
         else:
-            state = _read_state(state_dir, cfg.alias, held.get("es_state_id"))
-            if state is not None:
-                stats = _delta(es, cfg, current, rows, embedder, records, state, held, meta)
+            nhop = with_hash("nhop", nhop_paths(rows.relations))
+            records = record_fingerprints(rows, nhop_fingerprints(nhop))
+            if reason:
+                say(f"Elasticsearch: loading a new index ({reason})")
+                docs = itertools.chain(stream_documents(rows, nhop, embedder), [("meta", meta_document(meta))])
+                stats = _rebuild(es, cfg, docs, records.height + 1, dim, current)
+                stats.path, stats.reason = "rebuild", reason
             else:
                 say(f"Elasticsearch: no state {held.get('es_state_id')} here; comparing every record's content hash")
-                stats = _scan_sync(es, cfg, current, rows, embedder, records, held, meta)
+                stats = _scan_sync(es, cfg, current, rows, nhop, embedder, records, held, meta)
     finally:
         es.close()
     if stats.path == "current":
@@ -691,11 +746,13 @@ def _delta(es, cfg, index, rows, embedder, records, state, held, meta) -> EsWrit
             reason="already holds these records",
             path="current",
         )
+    entities = changed.filter(pl.col("kind") == "entity")["key"].to_list()
+    nhop = nhop_paths(rows.relations, only=entities) if entities else pl.DataFrame(schema=NHOP_SCHEMA)
     try:
         _mark_in_flux(es, index, held)
         actions = (
             {"_op_type": "index", "_index": index, "_id": i, "_source": d}
-            for i, d in stream_documents(rows, embedder, changed)
+            for i, d in stream_documents(rows, nhop, embedder, changed)
         )
         deletes = [{"_op_type": "delete", "_index": index, "_id": i} for i in document_ids(gone)]
         _bulk(es, itertools.chain(actions, deletes))
@@ -716,7 +773,7 @@ def _delta(es, cfg, index, rows, embedder, records, state, held, meta) -> EsWrit
     )
 
 
-def _scan_sync(es, cfg, index, rows, embedder, records, held, meta) -> EsWriteStats:
+def _scan_sync(es, cfg, index, rows, nhop, embedder, records, held, meta) -> EsWriteStats:
     try:
         existing = _scan_hashes(es, index)
         wanted = set(document_ids(records))
@@ -725,7 +782,7 @@ def _scan_sync(es, cfg, index, rows, embedder, records, held, meta) -> EsWriteSt
         written = [0]
 
         def changed() -> Iterator[dict]:
-            for i, d in stream_documents(rows, embedder):
+            for i, d in stream_documents(rows, nhop, embedder):
                 if existing.get(i) != d["content_hash_kwd"]:
                     written[0] += 1
                     yield {"_op_type": "index", "_index": index, "_id": i, "_source": d}

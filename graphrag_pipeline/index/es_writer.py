@@ -33,6 +33,7 @@ import polars as pl
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
     HASH,
+    HASH_SCHEME,
     NHOP_ORDER_SQL,
     NHOP_SCHEMA,
     IndexTables,
@@ -698,8 +699,13 @@ def sync_records(
             "index_id": uuid.uuid4().hex,
             "index_version": int(held.get("index_version") or 0) + 1,
             "es_state_id": state_id,
+            "row_hash_scheme": HASH_SCHEME,  # fingerprints are comparable only under the same scheme
         }
-        state = None if reason else _read_state(state_dir, cfg.alias, held.get("es_state_id"))
+        state = (
+            _read_state(state_dir, cfg.alias, held.get("es_state_id"))
+            if not reason and held.get("row_hash_scheme") == HASH_SCHEME
+            else None
+        )
         if state is not None:  # n-hop paths: only where an edge changed since
             nhop_fp, n_affected = _nhop_since(state, rows.relations)
             say(f"Elasticsearch: {n_affected} entities with possibly new n-hop paths")

@@ -163,6 +163,28 @@ def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_en
     es.close()
 
 
+def test_vectors_are_rounded_exactly_as_round_does():
+    import math
+    import random
+
+    import numpy as np
+
+    from graphrag_pipeline.index.embedding import HashingEmbedder
+    from graphrag_pipeline.index.es_writer import _vec
+
+    rnd = random.Random(3)
+    vectors = list(HashingEmbedder().embed(["Charles Darwin sailed on HMS Beagle", "郑和下西洋", ""]))
+    vectors.append(
+        np.array([rnd.uniform(-1, 1) for _ in range(300)] + [0.0, -0.0, 1e-9, -5e-8, 0.12345675], np.float32)
+    )
+    vectors.append([0.5, -0.0, 0.0, 0.5, float("inf")])
+    for v in vectors:
+        want = [round(float(x), 7) for x in v]
+        got = _vec(v)
+        assert json.dumps(got) == json.dumps(want)
+        assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in want]
+
+
 def test_outage_gives_a_clear_error_without_credentials(monkeypatch, home):
     monkeypatch.setenv("GRAPHRAG_ES_URL", "http://elastic:s3cret-pw@127.0.0.1:1")
     cfg = EsConfig.from_env(home)

@@ -166,7 +166,12 @@ def mappings(dim: int) -> dict:
 
 
 def _vec(v) -> list[float]:
-    return [round(float(x), 7) for x in v]
+    """The vector rounded to 7 decimals (`round`, exactly). Each distinct value is rounded once: a
+    vector has few distinct values (the offline embedder's are counts over a norm), and rounding
+    dominated the cost of a document."""
+    values = [float(x) for x in v]
+    rounded = {x: round(x, 7) for x in set(values) if x}
+    return [rounded[x] if x else x for x in values]  # zeros as they are: 0.0 and -0.0 share a dict key
 
 
 def _hash_id(prefix: str, *parts: str) -> str:

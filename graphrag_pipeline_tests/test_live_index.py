@@ -119,14 +119,21 @@ def test_concurrent_queries_during_swaps_all_succeed_on_one_whole_version(two_ve
             t.start()
         try:
             for i in range(20):  # publish the two versions in turn while the readers query
-                _publish(old if i % 2 == 0 else new, home)
-                while len(seen) < 2 * (i + 1) and not errors:
+                version = "new" if i % 2 else "old"
+                _publish(old if version == "old" else new, home)
+                done = len(seen)
+                # until a query that began after this publish has answered from it
+                for _ in range(12_000):  # a bound, not a timing: a reader that never moves on fails the test
+                    if errors or (len(seen) > done + 4 and seen[-1] == version):
+                        break
                     stop.wait(0.005)
+                else:
+                    pytest.fail(f"publish {i}: no query answered from version {version!r}")
         finally:
             stop.set()
             for t in threads:
                 t.join(60)
         assert not errors, errors[:3]
         assert set(seen) <= {"old", "new"} and "mixed" not in seen  # each query read one whole version
-        assert index.reloads >= 10
+        assert index.reloads >= 10 and {"old", "new"} <= set(seen)
         assert query(index, QUESTION, "local").to_dict() == expected["new"]  # the last one published

@@ -321,10 +321,10 @@ def _downstream_stale(instance, defs) -> bool:
     return False
 
 
-def _elasticsearch_stale(paths: Paths) -> bool:
-    """With GRAPHRAG_ES_URL set: is Elasticsearch missing the build the DuckDB index holds?"""
+def _elasticsearch_stale(paths: Paths, instance, defs) -> bool:
+    """With GRAPHRAG_ES_URL set: is Elasticsearch behind its inputs? (It has no index, a sync of it
+    was interrupted, it was not configured when last built, or an input changed since.)"""
     from graphrag_pipeline.index.es_writer import EsConfig
-    from graphrag_pipeline.query import DuckDBIndex, IndexNotFoundError
 
     cfg = EsConfig.from_env(paths.home)
     if cfg is None or not paths.index_file.exists():
@@ -332,10 +332,21 @@ def _elasticsearch_stale(paths: Paths) -> bool:
     try:
         from graphrag_pipeline.index.es_reader import EsIndex
 
-        with DuckDBIndex(paths.index_file) as local, EsIndex(cfg) as remote:
-            return local.meta.get("built_at") != remote.meta.get("built_at")
-    except (IndexNotFoundError, RuntimeError):
+        with EsIndex(cfg) as remote:
+            if not remote.meta.get("es_state_id"):
+                return True
+    except (FileNotFoundError, RuntimeError):
         return True
+    graph = defs.resolve_asset_graph()
+    key = next(k for k in graph.materializable_asset_keys if k.path[-1] == "elasticsearch_index")
+    ev = instance.get_latest_materialization_event(key)
+    if ev is None or "skipped" in ev.asset_materialization.metadata:
+        return True
+    # an input written after Elasticsearch's last sync (any partition of a partitioned one)
+    return any(
+        (latest := instance.get_latest_materialization_event(parent)) is not None and latest.timestamp > ev.timestamp
+        for parent in graph.get(key).parent_keys
+    )
 
 
 def _code_version_stale(args: argparse.Namespace, instance, defs, plan) -> None:
@@ -646,8 +657,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                         ),
                     )
                 )
-    elif _elasticsearch_stale(paths):
-        _say("[index] Elasticsearch is behind the local index: syncing it")
+    elif _elasticsearch_stale(paths, instance, defs):
+        _say("[index] Elasticsearch is behind its inputs: syncing it")
         success, events = _run_job(defs, instance, "index_job")
         ok &= success
         _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("es_written", "es_deleted", "es_unchanged")))

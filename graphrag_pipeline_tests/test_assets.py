@@ -158,7 +158,9 @@ def test_search_index_and_its_blocking_check(dagster_instance, resources, settin
     assert meta["embedding_model"].startswith("hashing")
 
 
-def test_a_failing_search_index_check_blocks_elasticsearch(dagster_instance, resources, settings, monkeypatch):
+def test_a_failing_search_index_check_does_not_block_elasticsearch_which_reads_its_own_inputs(
+    dagster_instance, resources, settings, monkeypatch
+):
     build_graph(dagster_instance, resources)
     _all_reports(dagster_instance, resources)
 
@@ -179,4 +181,11 @@ def test_a_failing_search_index_check_blocks_elasticsearch(dagster_instance, res
     assert check_results(result) == {"search_index_is_complete": False}
     assert not result.success
     assert dagster_instance.get_latest_materialization_event(search_index.key) is not None
-    assert dagster_instance.get_latest_materialization_event(elasticsearch_index.key) is None
+    # Elasticsearch is built from the graph, communities, reports and chunks, not from the DuckDB file
+    assert dagster_instance.get_latest_materialization_event(elasticsearch_index.key) is not None
+    assert {k.path[-1] for k in elasticsearch_index.dependency_keys} == {
+        "resolved_graph",
+        "communities",
+        "community_reports",
+        "chunks",
+    }

@@ -8,6 +8,7 @@ import json
 import os
 import urllib.request
 
+import polars as pl
 import pytest
 
 from graphrag_pipeline.index import es_writer as es_index
@@ -162,6 +163,28 @@ def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_en
     es.close()
 
 
+def test_vectors_are_rounded_exactly_as_round_does():
+    import math
+    import random
+
+    import numpy as np
+
+    from graphrag_pipeline.index.embedding import HashingEmbedder
+    from graphrag_pipeline.index.es_writer import _vec
+
+    rnd = random.Random(3)
+    vectors = list(HashingEmbedder().embed(["Charles Darwin sailed on HMS Beagle", "郑和下西洋", ""]))
+    vectors.append(
+        np.array([rnd.uniform(-1, 1) for _ in range(300)] + [0.0, -0.0, 1e-9, -5e-8, 0.12345675], np.float32)
+    )
+    vectors.append([0.5, -0.0, 0.0, 0.5, float("inf")])
+    for v in vectors:
+        want = [round(float(x), 7) for x in v]
+        got = _vec(v)
+        assert json.dumps(got) == json.dumps(want)
+        assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in want]
+
+
 def test_outage_gives_a_clear_error_without_credentials(monkeypatch, home):
     monkeypatch.setenv("GRAPHRAG_ES_URL", "http://elastic:s3cret-pw@127.0.0.1:1")
     cfg = EsConfig.from_env(home)
@@ -186,6 +209,8 @@ def test_config_from_env_auth_and_tls(monkeypatch, home):
 
 
 def _es_hashes(cfg: EsConfig) -> dict[str, str]:
+    """Every record's content hash (which covers all of its document, vector included), but meta's:
+    Elasticsearch's meta names its own versions."""
     from elasticsearch import helpers
 
     es = cfg.client()
@@ -193,15 +218,17 @@ def _es_hashes(cfg: EsConfig) -> dict[str, str]:
         return {
             h["_id"]: h["_source"]["content_hash_kwd"]
             for h in helpers.scan(es, index=cfg.alias, query={"query": {"match_all": {}}}, _source=["content_hash_kwd"])
+            if h["_id"] != "meta"
         }
     finally:
         es.close()
 
 
-def _duckdb_hashes(home) -> dict[str, str]:
-    """What a full sync from the published DuckDB index would write."""
-    tables, meta = read_duckdb_tables(home / "index" / "search_index.duckdb")
-    return {i: d["content_hash_kwd"] for i, d in build_documents(tables, meta).items()}
+def _duckdb_hashes(path) -> dict[str, str]:
+    """What the Elasticsearch index got when it was synced from the published DuckDB file (before it
+    was built from its own inputs): the documents of every row of the DuckDB tables."""
+    tables, meta = read_duckdb_tables(path)
+    return {i: d["content_hash_kwd"] for i, d in build_documents(tables, meta).items() if i != "meta"}
 
 
 def _latest(instance, asset: str) -> dict:
@@ -215,33 +242,30 @@ def _append(doc, text: str) -> None:
     doc.write_text(doc.read_text(encoding="utf-8") + text, encoding="utf-8")
 
 
-def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_one(
-    es_env, home, corpus, instance, monkeypatch
-):
+def test_elasticsearch_publishes_from_its_inputs_by_delta_sync_or_rebuild(es_env, home, corpus, instance, monkeypatch):
     from graphrag_pipeline.definitions import defs
 
+    index_file = home / "index" / "search_index.duckdb"
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     assert _es_metadata(instance())["es_path"] == "rebuild"  # first sync: a new index behind the alias
+    assert _es_hashes(es_env) == _duckdb_hashes(index_file)  # the same records as the DuckDB index
 
-    # one edit: DuckDB publishes version 2 from version 1, and Elasticsearch (at 1) applies just that delta
+    # one edit: only the records whose content changed are written
     _append(
         corpus / "curie_radioactivity.md", "\n\nIn 1921 Marie Curie visited President Warren Harding in Washington.\n"
     )
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
-    inst = instance()
-    duck = _latest(inst, "search_index")
-    assert duck["index_version"] == 2 and duck["previous_version"] == 1 and duck["changed_keys"] > 0
-    meta = _es_metadata(inst)
+    meta = _es_metadata(instance())
     assert meta["es_path"] == "delta" and meta["es_index_version"] == 2, meta
     assert 0 < meta["es_written"] < meta["es_unchanged"]
-    assert _es_hashes(es_env) == _duckdb_hashes(home)  # exactly what a full sync would hold
+    assert _es_hashes(es_env) == _duckdb_hashes(index_file)
     with open_index(home) as es:
-        assert es.meta["index_version"] == 2
+        assert es.meta["index_version"] == 2 and es.meta["embedding_model"] == "hashing-v2-512"
         assert any("Warren Harding" in e["name"] for e in es.entities_by_types(["PERSON"], 500))
 
-    # two DuckDB publishes while Elasticsearch is not configured: it misses version 3 and must not apply 4's delta
+    # builds while Elasticsearch is not configured: it catches up from its inputs (no DuckDB delta needed)
     monkeypatch.delenv("GRAPHRAG_ES_URL")
     _append(
         corpus / "darwin_and_wallace.txt",
@@ -250,13 +274,22 @@ def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_on
     assert cli("build", "--corpus", str(corpus), "--method", "fast")[0] == 0
     (corpus / "printing_and_paper_zh.md").unlink()
     assert cli("build", "--corpus", str(corpus), "--method", "fast")[0] == 0
-    assert _latest(instance(), "search_index")["previous_version"] == 3
     monkeypatch.setenv("GRAPHRAG_ES_URL", es_env.url)
-    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")  # Elasticsearch is behind: synced
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")  # nothing new locally: ES is synced
+    assert code == 0 and "Elasticsearch is behind its inputs" in out, out
+    meta = _es_metadata(instance())
+    assert meta["es_path"] == "delta" and meta["es_deleted"] > 0, meta
+    assert _es_hashes(es_env) == _duckdb_hashes(index_file)
+
+    # another machine (no state file here): every content hash is compared, only what differs is written
+    for f in (home / "index" / "elasticsearch").glob("*.parquet"):
+        f.unlink()
+    _append(corpus / "darwin_and_wallace.txt", "\n\nDarwin's son George Darwin became an astronomer.\n")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     meta = _es_metadata(instance())
-    assert meta["es_path"] == "sync" and "holds index version 2" in meta["es_reason"] and meta["es_deleted"] > 0, meta
-    assert _es_hashes(es_env) == _duckdb_hashes(home)
+    assert meta["es_path"] == "sync" and 0 < meta["es_written"] < meta["es_unchanged"], meta
+    assert _es_hashes(es_env) == _duckdb_hashes(index_file)
 
     # nothing new: nothing to write; asked for a full rebuild: a new index behind the alias
     job = defs.resolve_job_def("index_job")
@@ -267,28 +300,88 @@ def test_elasticsearch_follows_the_duckdb_delta_and_falls_back_when_it_missed_on
     ).success
     meta = _es_metadata(instance())
     assert meta["es_path"] == "rebuild" and meta["es_full_rebuild"] is True
-    assert _es_hashes(es_env) == _duckdb_hashes(home)
+    assert _es_hashes(es_env) == _duckdb_hashes(index_file)
 
 
-def test_a_delta_with_every_kind_of_change_leaves_elasticsearch_as_a_full_sync_would(es_up, tmp_path):
+def test_elasticsearch_index_runs_without_the_duckdb_file(es_env, home, corpus, instance):
+    """A machine that did not run search_index: the Elasticsearch asset reads only its inputs."""
+    from graphrag_pipeline.definitions import defs
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    index_file = home / "index" / "search_index.duckdb"
+    expected = _duckdb_hashes(index_file)
+    es = es_env.client()
+    try:
+        es.options(ignore_status=404).indices.delete(index=f"{es_env.alias}-*")
+    finally:
+        es.close()
+    index_file.unlink()
+    job = defs.resolve_job_def("index_job")
+    result = job.execute_in_process(
+        instance=instance(),
+        asset_selection=[k for k in job.asset_layer.executable_asset_keys if "elasticsearch_index" in k.path],
+    )
+    assert result.success
+    assert not index_file.exists()  # it was neither read nor written
+    assert _es_metadata(instance())["es_path"] == "rebuild"
+    assert _es_hashes(es_env) == expected
+    with open_index(home) as idx:
+        assert query(idx, QUESTIONS[0], "local").entities
+
+
+def _rows_of(inp: dict):
+    from graphrag_pipeline.index.records import build_index_rows
+
+    reportable = inp["communities"].filter(pl.col("size") >= 2)["community_id"].to_list()
+    reports = [inp["reports"][c] for c in reportable if c in inp["reports"]]
+    return build_index_rows(inp["nodes"], inp["edges"], inp["communities"], reports, inp["chunks"], nhop=False)
+
+
+def test_every_kind_of_change_leaves_elasticsearch_with_the_duckdb_records(es_up, tmp_path, monkeypatch):
     import uuid
 
-    from graphrag_pipeline.index.es_writer import sync_index
+    from graphrag_pipeline.index.embedding import HashingEmbedder
+    from graphrag_pipeline.index.es_writer import sync_records
     from graphrag_pipeline_tests.test_index_delta import _edit, _inputs, _publish
 
     cfg = EsConfig(url=es_up, alias=f"graphrag-test-delta-{uuid.uuid4().hex[:10]}")
+    state = tmp_path / "es-state"
     path = tmp_path / "index.duckdb"
+    emb = HashingEmbedder()
+    info = {"method": "fast"}
     try:
         _publish(path, _inputs())
-        assert sync_index(cfg, path).path == "rebuild"
-        assert sync_index(cfg, path).path == "current"
+        assert sync_records(cfg, _rows_of(_inputs()), emb, info, state).path == "rebuild"
+        assert _es_hashes(cfg) == _duckdb_hashes(path)
+        assert sync_records(cfg, _rows_of(_inputs()), emb, info, state).path == "current"
         # removed / added / changed entities, relations, reports and chunks, new n-hop paths, a changed type pool
         assert _publish(path, _edit(_inputs()), max_fraction=1.0).mode == "delta"
-        stats = sync_index(cfg, path)
+        stats = sync_records(cfg, _rows_of(_edit(_inputs())), emb, info, state)
         assert stats.path == "delta" and stats.deleted >= 4 and 0 < stats.written < stats.unchanged, stats
-        tables, meta = read_duckdb_tables(path)
-        expected = {i: d["content_hash_kwd"] for i, d in build_documents(tables, meta).items()}
-        assert _es_hashes(cfg) == expected
+        assert _es_hashes(cfg) == _duckdb_hashes(path)
+        full = tmp_path / "full.duckdb"  # and what a DuckDB index built whole from the edited inputs holds
+        assert _publish(full, _edit(_inputs())).mode == "full"
+        assert _es_hashes(cfg) == _duckdb_hashes(full)
+
+        # a sync that fails half-way leaves the meta record without a state id: the next one compares every hash
+        calls = {"n": 0}
+        real_bulk = es_index._bulk
+
+        def failing_bulk(client, actions):
+            calls["n"] += 1
+            real_bulk(client, list(actions)[:3])
+            raise RuntimeError("node went away")
+
+        monkeypatch.setattr(es_index, "_bulk", failing_bulk)
+        with pytest.raises(EsIndexError, match="node went away"):
+            sync_records(cfg, _rows_of(_inputs()), emb, info, state)
+        monkeypatch.setattr(es_index, "_bulk", real_bulk)
+        stats = sync_records(cfg, _rows_of(_inputs()), emb, info, state)
+        assert stats.path == "sync" and stats.deleted >= 1, stats
+        _publish(path, _inputs(), max_fraction=1.0)
+        assert _es_hashes(cfg) == _duckdb_hashes(path)
+        assert sync_records(cfg, _rows_of(_inputs()), emb, info, state).path == "current"
     finally:
         es = cfg.client()
         try:

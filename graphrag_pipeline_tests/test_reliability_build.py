@@ -359,6 +359,13 @@ def test_every_step_that_can_call_the_llm_is_in_the_llm_pool():
             "elasticsearch_index",
         )
     }
-    calling = {"doc_subgraph", "knowledge_graph", "resolved_graph", "community_reports", "search_index"}
+    calling = {
+        "doc_subgraph",
+        "knowledge_graph",
+        "resolved_graph",
+        "community_reports",
+        "search_index",
+        "elasticsearch_index",
+    }
     assert {k for k, pool in pools.items() if pool == "llm"} == calling
     assert all(pools[k] is None for k in pools.keys() - calling)

@@ -243,7 +243,7 @@ def test_the_holder_keeps_a_leased_index_open_until_it_is_returned(built, tmp_pa
     """An in-flight request keeps the version it started with, even when a new one is published."""
     import shutil
 
-    from graphrag_pipeline.serve.holder import IndexHolder
+    from graphrag_pipeline.index.live import IndexHolder
     from graphrag_pipeline.storage.layout import Paths
 
     home, _ = built

@@ -16,8 +16,8 @@ from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.mentions import all_chunks
 from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
-from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_index
-from graphrag_pipeline.index.records import collect_reports
+from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
+from graphrag_pipeline.index.records import build_index_rows, collect_reports
 from graphrag_pipeline.storage.store import MissingInputError
 
 
@@ -58,6 +58,39 @@ def _incomplete(message: str, verdict) -> dg.Failure:
     )
 
 
+def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings, asset: str) -> tuple:
+    """What an index is built from, read through the store: the resolved graph, the communities,
+    every reportable community's report and the chunks of every document (a missing input fails)."""
+    store = settings.store()
+    nodes, edges = store.read_graph("resolved_graph")
+    comms = store.read_communities()
+    # every reportable community of the communities table needs its report file: a missing one is
+    # an error, never a silently smaller index
+    reports, missing = collect_reports(comms, store.read_report)
+    if missing:
+        verdict = missing_reports_completeness(missing, len(reports) + len(missing))
+        raise _incomplete(
+            f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
+            f"(first: {', '.join(missing[:5])})",
+            verdict,
+        )
+    doc_keys = document_keys(context.instance)
+    try:  # a document not chunked yet may have no chunk files; every chunked one must have them
+        chunk_df = all_chunks(store, doc_keys, optional=not_materialized(context.instance, "chunks", doc_keys))
+    except MissingInputError as exc:
+        raise missing_inputs_failure(exc, asset) from None
+    return nodes, edges, comms, reports, chunk_df, doc_keys
+
+
+def _embedder(settings: PipelineSettings, llm: LLMSettings):
+    client = llm.client(settings.paths) if llm.embedding_model != "hashing" else None
+    if llm.embedding_model != "hashing" and client is None:
+        raise dg.Failure(
+            f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL"
+        )
+    return EndpointEmbedder(client) if client else HashingEmbedder()
+
+
 @dg.asset(
     key_prefix=KEY_PREFIX,
     deps=[
@@ -81,30 +114,8 @@ def search_index(
     context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings, config: SearchIndexConfig
 ) -> dg.MaterializeResult:
     started = time.perf_counter()
-    store = settings.store()
-    nodes, edges = store.read_graph("resolved_graph")
-    comms = store.read_communities()
-    # every reportable community of the communities table needs its report file: a missing one is
-    # an error, never a silently smaller index
-    reports, missing = collect_reports(comms, store.read_report)
-    if missing:
-        verdict = missing_reports_completeness(missing, len(reports) + len(missing))
-        raise _incomplete(
-            f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
-            f"(first: {', '.join(missing[:5])})",
-            verdict,
-        )
-    doc_keys = document_keys(context.instance)
-    try:  # a document not chunked yet may have no chunk files; every chunked one must have them
-        chunk_df = all_chunks(store, doc_keys, optional=not_materialized(context.instance, "chunks", doc_keys))
-    except MissingInputError as exc:
-        raise missing_inputs_failure(exc, "search_index") from None
-    client = llm.client(settings.paths) if llm.embedding_model != "hashing" else None
-    if llm.embedding_model != "hashing" and client is None:
-        raise dg.Failure(
-            f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL"
-        )
-    embedder = EndpointEmbedder(client) if client else HashingEmbedder()
+    nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "search_index")
+    embedder = _embedder(settings, llm)
     inputs_seconds = time.perf_counter() - started
     try:
         result = publish_index(
@@ -153,30 +164,48 @@ def search_index(
 
 @dg.asset(
     key_prefix=KEY_PREFIX,
-    deps=[search_index],
+    deps=[
+        graph_assets.resolved_graph,
+        graph_assets.communities,
+        graph_assets.community_reports,
+        document_assets.chunks,
+    ],
     group_name="index",
     kinds={"elasticsearch"},
+    pool="llm",  # embeddings come from the endpoint when GRAPHRAG_EMBEDDING_MODEL names a model
     owners=OWNERS,
     tags={"stage": "index"},
-    automation_condition=EAGER,
+    automation_condition=PUBLISH_WHEN_SETTLED,
     retry_policy=dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
-    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set): follows the DuckDB index's "
-    "delta when it holds "
-    "the version that delta starts from; otherwise changed records written and vanished ones deleted by content hash; "
-    "a full rebuild swaps the alias atomically.",
+    description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set), built from the same inputs and "
+    "records as the DuckDB index (never from its file): only records whose content changed are written and "
+    "vanished ones deleted; a full rebuild swaps the alias atomically.",
 )
 @stoppable
 def elasticsearch_index(
-    context: dg.AssetExecutionContext, settings: PipelineSettings, config: ElasticsearchConfig
+    context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings, config: ElasticsearchConfig
 ) -> dg.MaterializeResult:
     cfg = EsConfig.from_env(settings.home)
     if cfg is None:
         return dg.MaterializeResult(
             metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"}
         )
-    context.log.info(f"syncing {settings.paths.index_file} to {cfg.url} alias {cfg.alias}")
+    started = time.perf_counter()
+    nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "elasticsearch_index")
+    embedder = _embedder(settings, llm)
+    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False)  # paths: where edges changed
+    inputs_seconds = time.perf_counter() - started
+    context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:
-        stats = sync_index(cfg, settings.paths.index_file, full_rebuild=config.full_rebuild)
+        stats = sync_records(
+            cfg,
+            rows,
+            embedder,
+            {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+            settings.paths.index_dir / "elasticsearch",
+            full_rebuild=config.full_rebuild,
+            log=context.log.info,
+        )
     except EsIndexError as exc:
         raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
     context.log.info(
@@ -189,6 +218,8 @@ def elasticsearch_index(
             "url": cfg.url,
             "alias": cfg.alias,
             "records": stats.written + stats.unchanged,
-            "seconds": round(stats.seconds, 2),
+            "seconds": round(time.perf_counter() - started, 2),
+            "inputs_seconds": round(inputs_seconds, 3),
+            "embedding_model": embedder.model_id,
         }
     )

@@ -15,7 +15,6 @@ from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import NHOP_ORDER_SQL
 from graphrag_pipeline.llm.protocol import EmbeddingClient
 from graphrag_pipeline.settings import default_home
-from graphrag_pipeline.storage.layout import Paths
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -382,9 +381,11 @@ class DuckDBIndex:
         return sorted(rows, key=lambda r: (r["doc"], r["position"], r["chunk_id"]))
 
 
-def open_index(home: Path | None = None, backend: str | None = None, preload: bool = False):
+def open_index(home: Path | None = None, backend: str | None = None, preload: bool = False, check_ms: float = 100):
     """The published index: Elasticsearch when GRAPHRAG_ES_URL is set (or backend="elasticsearch"),
-    else the DuckDB file under GRAPHRAG_HOME."""
+    else the DuckDB file under GRAPHRAG_HOME as a LiveIndex: before a query (at most every
+    `check_ms`) it compares the file's identity with the version open and moves to a newly published
+    file, closing the old one once no query uses it."""
     from graphrag_pipeline.index.es_writer import EsConfig
 
     home = Path(home) if home else default_home()
@@ -395,4 +396,6 @@ def open_index(home: Path | None = None, backend: str | None = None, preload: bo
         return EsIndex(cfg)
     if backend == "elasticsearch":
         raise ValueError("backend 'elasticsearch' needs GRAPHRAG_ES_URL")
-    return DuckDBIndex(Paths(home).index_file, preload=preload)
+    from graphrag_pipeline.index.live import LiveIndex
+
+    return LiveIndex(home, preload=preload, check_s=check_ms / 1000)

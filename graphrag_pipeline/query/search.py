@@ -514,6 +514,10 @@ def query(
     with answer=True, an answer is generated (global mode: map-reduce over community reports)."""
     if not question or not question.strip():
         raise ValueError("the question is empty")
+    lease = getattr(index, "lease", None)
+    if lease is not None:  # a LiveIndex: the whole query reads one published version
+        with lease() as version:
+            return query(version, question, mode, params, client, answer)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     p = params or SearchParams()

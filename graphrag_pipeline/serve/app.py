@@ -30,8 +30,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from graphrag_pipeline.index.duckdb_reader import IndexNotFoundError
+from graphrag_pipeline.index.live import Busy, IndexHolder
 from graphrag_pipeline.query.search import DEFAULT_MODE, page_fields
-from graphrag_pipeline.serve.holder import Busy, IndexHolder
 from graphrag_pipeline.storage.layout import Paths
 
 STATIC = Path(__file__).resolve().parent / "static"

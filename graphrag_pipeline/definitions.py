@@ -44,4 +44,15 @@ def current_defs() -> dg.Definitions:
     return _versioned(tuple(sorted(code_versions().items())))
 
 
+def _sleeping_slot_wait_in_run_workers() -> None:
+    # the daemon's runs execute in process (defs/sensors.py): a step waiting for an `llm` pool slot
+    # must sleep there too, not spin (see install_sleeping_slot_wait)
+    import logging
+
+    from graphrag_pipeline.defs.instance_ops import install_sleeping_slot_wait
+
+    install_sleeping_slot_wait(say=logging.getLogger("graphrag_pipeline").info)
+
+
+_sleeping_slot_wait_in_run_workers()
 defs = current_defs()

@@ -37,7 +37,7 @@ def test_new_files_become_partitions_and_one_batched_run(test_instance, corpus):
     keys = test_instance.get_dynamic_partitions("documents")
     assert len(keys) == 7
     assert ranges(result) == [(keys[0], keys[-1])]
-    assert result.run_requests[0].job_name == "documents_job"
+    assert result.run_requests[0].job_name == "corpus_job"  # one batch: documents, merge and clustering in one run
 
     again = tick(test_instance, result.cursor)
     assert not again.run_requests
@@ -105,10 +105,16 @@ def test_definitions_load_and_sensors_run_by_default():
     dg.Definitions.validate_loadable(defs)
     assert defs.resolve_sensor_def("corpus_sensor").default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_sensor_def("graphrag_automation").default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_sensor_def("publish_sensor").default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_schedule_def("daily_reconcile").default_status == dg.DefaultScheduleStatus.RUNNING
     graph = defs.resolve_asset_graph()
-    for key in ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index"):
+    for key in ("knowledge_graph", "resolved_graph", "communities", "elasticsearch_index"):
         assert graph.get(dg.AssetKey(key)).automation_condition is not None, key
+    # publish_sensor owns the reports and the index: automation requesting them too would duplicate its runs
+    for key in ("community_reports", "search_index"):
+        assert graph.get(dg.AssetKey(key)).automation_condition is None, key
+    # and no default automation sensor appears for assets no sensor targets
+    assert "default_automation_condition_sensor" not in {s.name for s in defs.sensors or []}
 
 
 def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instance):

@@ -46,12 +46,10 @@ def current_defs() -> dg.Definitions:
 
 def _sleeping_slot_wait_in_run_workers() -> None:
     # the daemon's runs execute in process (defs/sensors.py): a step waiting for an `llm` pool slot
-    # must sleep there too, not spin (see install_sleeping_slot_wait)
-    import logging
-
+    # must sleep there too, not spin (see install_sleeping_slot_wait; the CLI's own message stays)
     from graphrag_pipeline.defs.instance_ops import install_sleeping_slot_wait
 
-    install_sleeping_slot_wait(say=logging.getLogger("graphrag_pipeline").info)
+    install_sleeping_slot_wait()
 
 
 _sleeping_slot_wait_in_run_workers()

@@ -115,6 +115,10 @@ def test_definitions_load_and_sensors_run_by_default():
         assert graph.get(dg.AssetKey(key)).automation_condition is None, key
     # and no default automation sensor appears for assets no sensor targets
     assert "default_automation_condition_sensor" not in {s.name for s in defs.sensors or []}
+    # the daemon's runs execute in process: a step waiting there for a pool slot sleeps instead of spinning
+    from dagster._core.execution.plan.active import ActiveExecution
+
+    assert getattr(ActiveExecution.sleep_til_ready, "graphrag_sleeping", False)
 
 
 def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instance):
@@ -156,3 +160,58 @@ def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch
     # another method: what the stored outputs say no longer counts
     other = corpus_sync.plan_sync(corpus, sorted(p.name for p in corpus.iterdir()), store, "light", cache=first.cache)
     assert len(other.stale) == len(other.states)
+
+
+def _publish_tick(instance, cursor=None):
+    from graphrag_pipeline.definitions import defs
+
+    sensor = defs.resolve_sensor_def("publish_sensor")
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, sensor_name="publish_sensor", resources={"settings": settings_from_env()}
+    ) as ctx:
+        return sensor.evaluate_tick(ctx)
+
+
+def test_publish_sensor_writes_the_missing_reports_and_the_index_in_one_run(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    # a CLI build publishes its own clustering
+    first = _publish_tick(inst)
+    assert not first.run_requests and "CLI build" in (first.skip_message or "")
+    (corpus / "hooker.txt").write_text(
+        "Joseph Hooker sailed with James Clark Ross to Antarctica and later directed Kew Gardens, where he "
+        "corresponded with Charles Darwin about the Wollemi Expedition.",
+        encoding="utf-8",
+    )
+    # the corpus sensor takes one new file in one run that also merges and clusters, in process
+    result = tick(inst)
+    [request] = result.run_requests
+    assert request.job_name == "corpus_job" and ranges(result) == [("hooker.txt", "hooker.txt")]
+    assert request.run_config == {"execution": {"config": {"in_process": {}}}}
+    run = defs.resolve_job_def("corpus_job").execute_in_process(instance=inst, tags=request.tags)
+    assert run.success
+    keys = inst.get_dynamic_partitions("communities")
+    missing = [k for k in keys if k not in inst.get_materialized_partitions(dg.AssetKey("community_reports"))]
+    assert missing
+    # while a run that will cluster again is queued, publishing waits for it
+    graph_job = defs.resolve_job_def("graph_job")
+    pending = inst.create_run_for_job(graph_job, asset_selection=frozenset(graph_job.asset_layer.executable_asset_keys))
+    waiting = _publish_tick(inst, first.cursor)
+    assert not waiting.run_requests and "waiting" in (waiting.skip_message or ""), waiting.skip_message
+    inst.report_run_canceled(pending)
+    # the new communities' report partitions are the last ones: one range, one run with the index
+    second = _publish_tick(inst, first.cursor)
+    [publish] = second.run_requests
+    assert publish.job_name == "publish_job"
+    assert (publish.tags[RANGE_START_TAG], publish.tags[RANGE_END_TAG]) == (missing[0], missing[-1])
+    assert keys[keys.index(missing[0]) :] == missing
+    run = defs.resolve_job_def("publish_job").execute_in_process(instance=inst, tags=publish.tags)
+    assert run.success
+    assert inst.get_materialized_partitions(dg.AssetKey("community_reports")) >= set(keys)
+    # nothing more to do until the next clustering
+    third = _publish_tick(inst, second.cursor)
+    assert not third.run_requests and "no new communities" in (third.skip_message or "")

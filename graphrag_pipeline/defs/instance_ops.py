@@ -125,7 +125,7 @@ _SAY = [print]  # where install_sleeping_slot_wait's message goes (the last call
 SLOT_POLL_S = 0.5  # how often a step waiting for a pool slot inside a run looks again (Dagster throttles its queries)
 
 
-def install_sleeping_slot_wait(say=print) -> None:
+def install_sleeping_slot_wait(say=None) -> None:
     """Make a run executed in this process (`execute_in_process`, the CLI's way) sleep while a step
     waits for a pool slot, and stop that wait when the build is asked to stop.
 
@@ -137,14 +137,15 @@ def install_sleeping_slot_wait(say=print) -> None:
     the build could not be stopped. The replacement sleeps up to SLOT_POLL_S, says once per run which
     steps wait, and raises Dagster's interruption when interrupts.py saw a stop: the run ends
     interrupted (its pending claims withdrawn) and the CLI reports the stop. Only the in-process
-    executor calls this method. Idempotent; the last `say` given is used. The definitions install
-    it too (definitions.py), for the daemon's runs, which execute in process (sensors.py): there a
-    termination Dagster noted stops the wait the same way."""
+    executor calls this method. Idempotent; the last `say` given is used (print without one). The
+    definitions install it too (definitions.py, without `say`), for the daemon's runs, which execute
+    in process (sensors.py): there a termination Dagster noted stops the wait the same way."""
     from dagster._core.errors import DagsterExecutionInterruptedError
     from dagster._core.execution.plan.active import ActiveExecution
     from dagster._utils.interrupts import check_captured_interrupt, pop_captured_interrupt
 
-    _SAY[0] = say
+    if say is not None:
+        _SAY[0] = say
     if getattr(ActiveExecution.sleep_til_ready, "graphrag_sleeping", False):
         return
 

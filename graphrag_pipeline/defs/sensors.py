@@ -19,13 +19,18 @@ from graphrag_pipeline.defs.instance_ops import KB_TAG
 from graphrag_pipeline.defs.partitions import asset_key, change_partitions, community_partitions, documents_partitions
 from graphrag_pipeline.defs.resources import PipelineSettings
 from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, contiguous_batches, plan_sync, range_tags
-from graphrag_pipeline.settings import knowledge_base
+from graphrag_pipeline.settings import knowledge_base, setting
 
 CURSOR_VERSION = 1
-SENSOR_INTERVAL_S = 10  # corpus_sensor and publish_sensor; their ticks read the corpus' metadata / one event
+# corpus_sensor and publish_sensor (default 10 s); their ticks read the corpus' metadata / a few events
+SENSOR_INTERVAL_S = setting("GRAPHRAG_SENSOR_INTERVAL")
 # The runs of the daemon path execute their steps in the run's own process: each step of the
 # multiprocess executor would start a process and load the definitions again (~3 s each here).
-IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
+IN_PROCESS = (
+    {"execution": {"config": {"in_process": {}}}}
+    if setting("GRAPHRAG_DAEMON_IN_PROCESS")
+    else {"execution": {"config": {"multiprocess": {}}}}
+)
 
 
 def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> str | None:

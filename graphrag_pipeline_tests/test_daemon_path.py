@@ -33,6 +33,7 @@ def test_a_dropped_file_becomes_queryable_in_two_runs(home, corpus, tmp_path):
     assert not queryable(home, WORD)
     instance = open_instance(home)
     assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+    assert instance.run_coordinator.dequeue_interval_seconds == 1  # the project's dagster.yaml
     log = tmp_path / "daemon.log"
     daemon = start_daemon(home, dict(os.environ), log)
     try:

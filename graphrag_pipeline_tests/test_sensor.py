@@ -215,3 +215,36 @@ def test_publish_sensor_writes_the_missing_reports_and_the_index_in_one_run(home
     # nothing more to do until the next clustering
     third = _publish_tick(inst, second.cursor)
     assert not third.run_requests and "no new communities" in (third.skip_message or "")
+
+
+def test_publish_sensor_runs_reports_of_several_ranges_first_then_the_index(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    cursor = _publish_tick(inst).cursor
+    keys = inst.get_dynamic_partitions("communities")
+    assert len(keys) >= 3
+    assert defs.resolve_job_def("graph_job").execute_in_process(instance=inst).success  # clustered, not by a build
+    assert inst.get_dynamic_partitions("communities") == keys
+    # the reports of two partitions that are not neighbours are gone: two partition ranges to write
+    from graphrag_pipeline.storage.layout import Paths
+
+    for key in (keys[0], keys[2]):
+        (Paths(home).reports_dir / f"{key}.json").unlink()
+    first = _publish_tick(inst, cursor)
+    assert [r.job_name for r in first.run_requests] == ["reports_job", "reports_job"]
+    assert [(r.tags[RANGE_START_TAG], r.tags[RANGE_END_TAG]) for r in first.run_requests] == [
+        (keys[0], keys[0]),
+        (keys[2], keys[2]),
+    ]
+    for request in first.run_requests:
+        assert defs.resolve_job_def("reports_job").execute_in_process(instance=inst, tags=request.tags).success
+    assert all((Paths(home).reports_dir / f"{key}.json").exists() for key in (keys[0], keys[2]))
+    # every report written: the index, once
+    second = _publish_tick(inst, first.cursor)
+    assert [r.job_name for r in second.run_requests] == ["index_job"]
+    assert defs.resolve_job_def("index_job").execute_in_process(instance=inst).success
+    assert not _publish_tick(inst, second.cursor).run_requests

@@ -74,6 +74,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_RUN) scale --docs 1000 10000 50000 --max-minutes 60
 	$(BENCH_RUN) query --entities 100000 --questions 200
 	$(BENCH_RUN) serve --entities 100000 --questions 200
+	$(BENCH_RUN) daemon --repeat 3 --compare-multiprocess
 	$(BENCH_RUN) plots
 
 # downloads (linux-doc-6.1, brotli's alice29.txt) are shared with `make bench` through --cache-dir
@@ -84,4 +85,5 @@ bench-smoke: $(BENCH_STAMP)
 	$(BENCH_SMOKE) scale --docs 20 50 --max-minutes 3 --resolution-names 2000 --resolution-sample 300
 	$(BENCH_SMOKE) query --entities 2000 --questions 20
 	$(BENCH_SMOKE) serve --entities 2000 --questions 20
+	$(BENCH_SMOKE) daemon --repeat 1
 	$(BENCH_SMOKE) plots

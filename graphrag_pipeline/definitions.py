@@ -44,4 +44,13 @@ def current_defs() -> dg.Definitions:
     return _versioned(tuple(sorted(code_versions().items())))
 
 
+def _sleeping_slot_wait_in_run_workers() -> None:
+    # the daemon's runs execute in process (defs/sensors.py): a step waiting for an `llm` pool slot
+    # must sleep there too, not spin (see install_sleeping_slot_wait; the CLI's own message stays)
+    from graphrag_pipeline.defs.instance_ops import install_sleeping_slot_wait
+
+    install_sleeping_slot_wait()
+
+
+_sleeping_slot_wait_in_run_workers()
 defs = current_defs()

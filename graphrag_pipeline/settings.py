@@ -151,6 +151,22 @@ SETTINGS: dict[str, Setting] = {
             minimum=0,
             note=" seconds; 0 = none",
         ),
+        Setting(
+            "GRAPHRAG_SENSOR_INTERVAL",
+            "int",
+            "10",
+            "the daemon path: seconds between ticks of corpus_sensor and publish_sensor (read when the definitions "
+            "load)",
+            minimum=1,
+            note=" seconds",
+        ),
+        Setting(
+            "GRAPHRAG_DAEMON_IN_PROCESS",
+            "bool",
+            "true",
+            "the daemon path: the sensors' runs execute their steps in the run's process (false: Dagster's "
+            "multiprocess executor, a process per step)",
+        ),
         Setting("OPENAI_API_KEY", "secret", help="the endpoint's key (never in config, logs or metadata)"),
         Setting("OPENAI_BASE_URL", "url", help="an OpenAI-compatible endpoint", example="http://127.0.0.1:8000/v1"),
         Setting("GRAPHRAG_LLM_MODEL", "name", "gpt-4o-mini", "chat model"),

@@ -37,7 +37,7 @@ def test_new_files_become_partitions_and_one_batched_run(test_instance, corpus):
     keys = test_instance.get_dynamic_partitions("documents")
     assert len(keys) == 7
     assert ranges(result) == [(keys[0], keys[-1])]
-    assert result.run_requests[0].job_name == "documents_job"
+    assert result.run_requests[0].job_name == "corpus_job"  # one batch: documents, merge and clustering in one run
 
     again = tick(test_instance, result.cursor)
     assert not again.run_requests
@@ -105,10 +105,20 @@ def test_definitions_load_and_sensors_run_by_default():
     dg.Definitions.validate_loadable(defs)
     assert defs.resolve_sensor_def("corpus_sensor").default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_sensor_def("graphrag_automation").default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_sensor_def("publish_sensor").default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_schedule_def("daily_reconcile").default_status == dg.DefaultScheduleStatus.RUNNING
     graph = defs.resolve_asset_graph()
-    for key in ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index"):
+    for key in ("knowledge_graph", "resolved_graph", "communities", "elasticsearch_index"):
         assert graph.get(dg.AssetKey(key)).automation_condition is not None, key
+    # publish_sensor owns the reports and the index: automation requesting them too would duplicate its runs
+    for key in ("community_reports", "search_index"):
+        assert graph.get(dg.AssetKey(key)).automation_condition is None, key
+    # and no default automation sensor appears for assets no sensor targets
+    assert "default_automation_condition_sensor" not in {s.name for s in defs.sensors or []}
+    # the daemon's runs execute in process: a step waiting there for a pool slot sleeps instead of spinning
+    from dagster._core.execution.plan.active import ActiveExecution
+
+    assert getattr(ActiveExecution.sleep_til_ready, "graphrag_sleeping", False)
 
 
 def test_weekly_recluster_is_off_by_default_and_reclusters(home, corpus, instance):
@@ -150,3 +160,91 @@ def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch
     # another method: what the stored outputs say no longer counts
     other = corpus_sync.plan_sync(corpus, sorted(p.name for p in corpus.iterdir()), store, "light", cache=first.cache)
     assert len(other.stale) == len(other.states)
+
+
+def _publish_tick(instance, cursor=None):
+    from graphrag_pipeline.definitions import defs
+
+    sensor = defs.resolve_sensor_def("publish_sensor")
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, sensor_name="publish_sensor", resources={"settings": settings_from_env()}
+    ) as ctx:
+        return sensor.evaluate_tick(ctx)
+
+
+def test_publish_sensor_writes_the_missing_reports_and_the_index_in_one_run(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    # a CLI build publishes its own clustering
+    first = _publish_tick(inst)
+    assert not first.run_requests and "CLI build" in (first.skip_message or "")
+    (corpus / "hooker.txt").write_text(
+        "Joseph Hooker sailed with James Clark Ross to Antarctica and later directed Kew Gardens, where he "
+        "corresponded with Charles Darwin about the Wollemi Expedition.",
+        encoding="utf-8",
+    )
+    # the corpus sensor takes one new file in one run that also merges and clusters, in process
+    result = tick(inst)
+    [request] = result.run_requests
+    assert request.job_name == "corpus_job" and ranges(result) == [("hooker.txt", "hooker.txt")]
+    assert request.run_config == {"execution": {"config": {"in_process": {}}}}
+    run = defs.resolve_job_def("corpus_job").execute_in_process(instance=inst, tags=request.tags)
+    assert run.success
+    keys = inst.get_dynamic_partitions("communities")
+    missing = [k for k in keys if k not in inst.get_materialized_partitions(dg.AssetKey("community_reports"))]
+    assert missing
+    # while a run that will cluster again is queued, publishing waits for it
+    graph_job = defs.resolve_job_def("graph_job")
+    pending = inst.create_run_for_job(graph_job, asset_selection=frozenset(graph_job.asset_layer.executable_asset_keys))
+    waiting = _publish_tick(inst, first.cursor)
+    assert not waiting.run_requests and "waiting" in (waiting.skip_message or ""), waiting.skip_message
+    inst.report_run_canceled(pending)
+    # the new communities' report partitions are the last ones: one range, one run with the index
+    second = _publish_tick(inst, first.cursor)
+    [publish] = second.run_requests
+    assert publish.job_name == "publish_job"
+    assert (publish.tags[RANGE_START_TAG], publish.tags[RANGE_END_TAG]) == (missing[0], missing[-1])
+    assert keys[keys.index(missing[0]) :] == missing
+    run = defs.resolve_job_def("publish_job").execute_in_process(instance=inst, tags=publish.tags)
+    assert run.success
+    assert inst.get_materialized_partitions(dg.AssetKey("community_reports")) >= set(keys)
+    # nothing more to do until the next clustering
+    third = _publish_tick(inst, second.cursor)
+    assert not third.run_requests and "no new communities" in (third.skip_message or "")
+
+
+def test_publish_sensor_runs_reports_of_several_ranges_first_then_the_index(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    cursor = _publish_tick(inst).cursor
+    keys = inst.get_dynamic_partitions("communities")
+    assert len(keys) >= 3
+    assert defs.resolve_job_def("graph_job").execute_in_process(instance=inst).success  # clustered, not by a build
+    assert inst.get_dynamic_partitions("communities") == keys
+    # the reports of two partitions that are not neighbours are gone: two partition ranges to write
+    from graphrag_pipeline.storage.layout import Paths
+
+    for key in (keys[0], keys[2]):
+        (Paths(home).reports_dir / f"{key}.json").unlink()
+    first = _publish_tick(inst, cursor)
+    assert [r.job_name for r in first.run_requests] == ["reports_job", "reports_job"]
+    assert [(r.tags[RANGE_START_TAG], r.tags[RANGE_END_TAG]) for r in first.run_requests] == [
+        (keys[0], keys[0]),
+        (keys[2], keys[2]),
+    ]
+    for request in first.run_requests:
+        assert defs.resolve_job_def("reports_job").execute_in_process(instance=inst, tags=request.tags).success
+    assert all((Paths(home).reports_dir / f"{key}.json").exists() for key in (keys[0], keys[2]))
+    # every report written: the index, once
+    second = _publish_tick(inst, first.cursor)
+    assert [r.job_name for r in second.run_requests] == ["index_job"]
+    assert defs.resolve_job_def("index_job").execute_in_process(instance=inst).success
+    assert not _publish_tick(inst, second.cursor).run_requests

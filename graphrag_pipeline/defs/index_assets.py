@@ -29,13 +29,6 @@ class ElasticsearchConfig(dg.Config):
     full_rebuild: bool = False  # write a new index and swap the alias even when a sync would do
 
 
-# eager, but never in the same tick as one of its inputs: otherwise the index would be published
-# right after new communities appear and before their reports exist
-PUBLISH_WHEN_SETTLED = EAGER & ~dg.AutomationCondition.any_deps_match(
-    dg.AutomationCondition.will_be_requested()
-).with_label("no input requested this tick")
-
-
 def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
     import duckdb
 
@@ -104,7 +97,7 @@ def _embedder(settings: PipelineSettings, llm: LLMSettings):
     pool="llm",  # embeddings come from the endpoint when GRAPHRAG_EMBEDDING_MODEL names a model
     owners=OWNERS,
     tags={"stage": "index"},
-    automation_condition=PUBLISH_WHEN_SETTLED,
+    # no automation condition: publish_sensor (sensors.py) publishes it once the reports of new communities exist
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
     description="Entities, relations, community reports and chunks with embeddings, n-hop paths and the type pool. "
     "Published by delta (only changed rows are written) or rebuilt whole; verified complete before it is published.",

@@ -121,10 +121,11 @@ def wait_for_pool(instance: dg.DagsterInstance, pool: str = LLM_POOL, *, timeout
         time.sleep(1.0)
 
 
+_SAY = [print]  # where install_sleeping_slot_wait's message goes (the last caller's `say`)
 SLOT_POLL_S = 0.5  # how often a step waiting for a pool slot inside a run looks again (Dagster throttles its queries)
 
 
-def install_sleeping_slot_wait(say=print) -> None:
+def install_sleeping_slot_wait(say=None) -> None:
     """Make a run executed in this process (`execute_in_process`, the CLI's way) sleep while a step
     waits for a pool slot, and stop that wait when the build is asked to stop.
 
@@ -136,11 +137,15 @@ def install_sleeping_slot_wait(say=print) -> None:
     the build could not be stopped. The replacement sleeps up to SLOT_POLL_S, says once per run which
     steps wait, and raises Dagster's interruption when interrupts.py saw a stop: the run ends
     interrupted (its pending claims withdrawn) and the CLI reports the stop. Only the in-process
-    executor calls this method. Idempotent."""
+    executor calls this method. Idempotent; the last `say` given is used (print without one). The
+    definitions install it too (definitions.py, without `say`), for the daemon's runs, which execute
+    in process (sensors.py): there a termination Dagster noted stops the wait the same way."""
     from dagster._core.errors import DagsterExecutionInterruptedError
     from dagster._core.execution.plan.active import ActiveExecution
-    from dagster._utils.interrupts import pop_captured_interrupt
+    from dagster._utils.interrupts import check_captured_interrupt, pop_captured_interrupt
 
+    if say is not None:
+        _SAY[0] = say
     if getattr(ActiveExecution.sleep_til_ready, "graphrag_sleeping", False):
         return
 
@@ -149,9 +154,11 @@ def install_sleeping_slot_wait(say=print) -> None:
         waiting = context.pending_claim_steps() if context is not None else []
         if waiting and not getattr(self, "_graphrag_announced", False):
             self._graphrag_announced = True
-            say(f"  waiting for a pool slot for step(s) {', '.join(sorted(waiting))} (Ctrl-C stops)")
+            _SAY[0](f"  waiting for a pool slot for step(s) {', '.join(sorted(waiting))} (Ctrl-C stops)")
         pause = self.sleep_interval()  # > 0 only while a step waits for its retry
         signo = interrupts.wait(min(pause, SLOT_POLL_S) if pause > 0 else SLOT_POLL_S)
+        if signo is None and check_captured_interrupt():  # a run worker (no interrupts.install()) asked to stop
+            signo = 15
         if signo is not None:
             pop_captured_interrupt()  # Dagster noted it too: its teardown would raise it again
             run_id, instance = getattr(context, "_run_id", None), getattr(context, "_instance", None)

@@ -1,4 +1,12 @@
-"""Watching the corpus: the sensor adds, removes and runs document partitions; a daily schedule reconciles."""
+"""Watching the corpus: the sensor adds, removes and runs document partitions; a daily schedule reconciles.
+
+The daemon path (`dagster-daemon` with the queued run coordinator) takes a change in two runs, like
+`graphrag-pipeline build`: `corpus_sensor` runs a new or changed file through `corpus_job`
+(chunks, extraction, merge, resolution, clustering), then `publish_sensor`, seeing the new
+`communities` materialization, runs `publish_job` over the report partitions still to write (one
+partition range: the communities asset adds them last, contiguous) and the index. Both request
+their runs with the in-process executor: one process per run instead of one per step.
+"""
 
 import json
 
@@ -7,11 +15,22 @@ import dagster as dg
 from graphrag_pipeline.defs import (
     jobs as pipeline_jobs,
 )  # the module, not its jobs: each job is loaded once, from jobs.py
-from graphrag_pipeline.defs.partitions import change_partitions, documents_partitions
+from graphrag_pipeline.defs.instance_ops import KB_TAG
+from graphrag_pipeline.defs.partitions import asset_key, change_partitions, community_partitions, documents_partitions
 from graphrag_pipeline.defs.resources import PipelineSettings
-from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, plan_sync, range_tags
+from graphrag_pipeline.ingest.corpus_sync import DEFAULT_BATCH, contiguous_batches, plan_sync, range_tags
+from graphrag_pipeline.settings import knowledge_base, setting
 
 CURSOR_VERSION = 1
+# corpus_sensor and publish_sensor (default 10 s); their ticks read the corpus' metadata / a few events
+SENSOR_INTERVAL_S = setting("GRAPHRAG_SENSOR_INTERVAL")
+# The runs of the daemon path execute their steps in the run's own process: each step of the
+# multiprocess executor would start a process and load the definitions again (~3 s each here).
+IN_PROCESS = (
+    {"execution": {"config": {"in_process": {}}}}
+    if setting("GRAPHRAG_DAEMON_IN_PROCESS")
+    else {"execution": {"config": {"multiprocess": {}}}}
+)
 
 
 def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> str | None:
@@ -24,30 +43,40 @@ def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> s
     )
 
 
-def _requests(plan, reason: str) -> list[dg.RunRequest]:
+def _requests(plan, reason: str, *, whole: bool = False) -> list[dg.RunRequest]:
+    """Runs for the plan's documents in contiguous batches. ``whole`` (the sensor): a single batch
+    is one `corpus_job` that also merges, resolves and clusters (as the CLI's last batch does);
+    several batches each get a `documents_job`, and automation merges once none is in progress."""
+    batches = plan.batches(DEFAULT_BATCH)
+    job = pipeline_jobs.corpus_job if whole and len(batches) == 1 else pipeline_jobs.documents_job
+    run_config = IN_PROCESS if whole else None
+    tags = {"graphrag/reason": reason, KB_TAG: knowledge_base()}
     requests = [
         dg.RunRequest(
-            job_name=pipeline_jobs.documents_job.name,
-            tags={**range_tags(batch), "graphrag/reason": reason, "graphrag/documents": str(len(batch))},
+            job_name=job.name,
+            run_config=run_config,
+            tags={**range_tags(batch), **tags, "graphrag/documents": str(len(batch))},
         )
-        for batch in plan.batches(DEFAULT_BATCH)
+        for batch in batches
     ]
     if plan.to_delete and not requests:
-        # a deletion produces no new materialization, so ask for the merge directly; automation does the rest
+        # a deletion produces no new materialization, so ask for the merge directly; publish_sensor does the rest
         requests.append(
             dg.RunRequest(
-                job_name=pipeline_jobs.graph_job.name, tags={"graphrag/reason": f"{reason}: documents removed"}
+                job_name=pipeline_jobs.graph_job.name,
+                run_config=run_config,
+                tags={**tags, "graphrag/reason": f"{reason}: documents removed"},
             )
         )
     return requests
 
 
 @dg.sensor(
-    jobs=[pipeline_jobs.documents_job, pipeline_jobs.graph_job],
-    minimum_interval_seconds=30,
+    jobs=[pipeline_jobs.documents_job, pipeline_jobs.corpus_job, pipeline_jobs.graph_job],
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Adds partitions for new corpus files, removes those of deleted files, runs new or changed "
-    "files in batches.",
+    "files in batches (one batch: documents, merge, resolution and clustering in one run).",
 )
 def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult:
     cursor = json.loads(context.cursor) if context.cursor else {}
@@ -70,7 +99,7 @@ def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSetting
     if plan.to_delete:
         partition_requests.append(documents_partitions.build_delete_request(plan.to_delete))
     return dg.SensorResult(
-        run_requests=_requests(plan, "corpus change"),
+        run_requests=_requests(plan, "corpus change", whole=True),
         dynamic_partitions_requests=partition_requests,
         cursor=new_cursor,
     )
@@ -110,5 +139,100 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
-    description="Carries document changes downstream: merge, resolution, communities, reports, index.",
+    run_tags={KB_TAG: knowledge_base()},
+    description="Carries document changes made outside corpus_sensor's runs (a backfill from the UI, several batches "
+    "of documents) to the merge, resolution and communities, and the index to Elasticsearch; publish_sensor "
+    "writes the reports and publishes the index.",
 )
+
+
+# -- publishing: the reports of a new clustering, then the index -----------------------------------
+PUBLISH_CURSOR_VERSION = 1
+_FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+_IN_PROGRESS = [s for s in dg.DagsterRunStatus if s not in _FINISHED]
+
+
+def _planned_run_in_progress(instance, key: dg.AssetKey) -> str | None:
+    """The id of a run that will materialize the (unpartitioned) asset `key` and has not finished."""
+    info = instance.get_latest_planned_materialization_info(key)
+    if info is None:
+        return None
+    run = instance.get_run_by_id(info.run_id)
+    return info.run_id if run is not None and run.status not in _FINISHED else None
+
+
+def _latest_storage_id(instance, key: dg.AssetKey) -> int | None:
+    records = instance.fetch_materializations(key, limit=1).records
+    return records[0].storage_id if records else None
+
+
+def _busy(context: dg.SensorEvaluationContext) -> str | None:
+    """Why publishing must wait: a run that will cluster again or publish is queued or running."""
+    instance = context.instance
+    for name in ("communities", "search_index"):
+        if run_id := _planned_run_in_progress(instance, asset_key(name)):
+            return f"run {run_id[:8]} will materialize {name}"
+    mine = instance.get_run_records(
+        dg.RunsFilter(
+            statuses=_IN_PROGRESS, tags={"dagster/sensor_name": context.sensor_name, KB_TAG: knowledge_base()}
+        ),
+        limit=1,
+    )
+    return f"run {mine[0].dagster_run.run_id[:8]} of this sensor is in progress" if mine else None
+
+
+@dg.sensor(
+    jobs=[pipeline_jobs.publish_job, pipeline_jobs.reports_job, pipeline_jobs.index_job],
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="After a new `communities` materialization (not a CLI build's: the build publishes itself), writes "
+    "the report partitions still missing and publishes the index in one run (publish_job over their partition "
+    "range).",
+)
+def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult:
+    from graphrag_pipeline.defs.instance_ops import CLI_TAG
+
+    instance = context.instance
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    if cursor.get("v") != PUBLISH_CURSOR_VERSION:
+        cursor = {"v": PUBLISH_CURSOR_VERSION, "handled": 0, "reports_for": None}
+    records = instance.fetch_materializations(asset_key("communities"), limit=1).records
+    if not records or records[0].storage_id <= cursor["handled"]:
+        return dg.SensorResult(skip_reason="no new communities materialization")
+    latest = records[0]
+    done = {**cursor, "handled": latest.storage_id, "reports_for": None}
+    run = instance.get_run_by_id(latest.run_id)
+    if run is not None and run.tags.get(CLI_TAG) == "build":
+        return dg.SensorResult(cursor=json.dumps(done), skip_reason="clustered by a CLI build, which publishes itself")
+    if reason := _busy(context):
+        return dg.SensorResult(skip_reason=f"waiting: {reason}")
+    all_keys = instance.get_dynamic_partitions(community_partitions.name)
+    written = instance.get_materialized_partitions(asset_key("community_reports"))
+    store = settings.store()
+    todo = [k for k in all_keys if k not in written or not store.has_report(k)]
+    batches = contiguous_batches(all_keys, todo, DEFAULT_BATCH)
+    tags = {KB_TAG: knowledge_base(), "graphrag/reason": "new communities"}
+    if len(batches) > 1 and cursor.get("reports_for") != latest.storage_id:
+        # several partition ranges: one run each for their reports, the index once none is in progress
+        context.log.info(f"{len(todo)} reports to write in {len(batches)} runs, then the index")
+        requests = [
+            dg.RunRequest(
+                job_name=pipeline_jobs.reports_job.name, run_config=IN_PROCESS, tags={**tags, **range_tags(b)}
+            )
+            for b in batches
+        ]
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps({**cursor, "reports_for": latest.storage_id}))
+    if todo:
+        # one range (or what the runs above left, from its first to its last key: the kept reports
+        # in between are reused, each recorded as `kept`)
+        span = all_keys[all_keys.index(todo[0]) : all_keys.index(todo[-1]) + 1]
+        context.log.info(f"{len(todo)} reports to write ({len(span)} partitions), then the index")
+        request = dg.RunRequest(
+            job_name=pipeline_jobs.publish_job.name, run_config=IN_PROCESS, tags={**tags, **range_tags(span)}
+        )
+        return dg.SensorResult(run_requests=[request], cursor=json.dumps(done))
+    index_id = _latest_storage_id(instance, asset_key("search_index"))
+    if index_id is not None and index_id > latest.storage_id:
+        return dg.SensorResult(cursor=json.dumps(done), skip_reason="the index is newer than the communities")
+    request = dg.RunRequest(job_name=pipeline_jobs.index_job.name, run_config=IN_PROCESS, tags=tags)
+    return dg.SensorResult(run_requests=[request], cursor=json.dumps(done))

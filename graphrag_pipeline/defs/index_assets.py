@@ -29,6 +29,13 @@ class ElasticsearchConfig(dg.Config):
     full_rebuild: bool = False  # write a new index and swap the alias even when a sync would do
 
 
+# Elasticsearch's automation: eager (so it waits while a report partition is missing or an input is
+# in progress), and never in the same tick as one of its inputs
+PUBLISH_WHEN_SETTLED = EAGER & ~dg.AutomationCondition.any_deps_match(
+    dg.AutomationCondition.will_be_requested()
+).with_label("no input requested this tick")
+
+
 def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
     import duckdb
 

@@ -243,6 +243,13 @@ def test_publish_sensor_runs_reports_of_several_ranges_first_then_the_index(home
     for request in first.run_requests:
         assert defs.resolve_job_def("reports_job").execute_in_process(instance=inst, tags=request.tags).success
     assert all((Paths(home).reports_dir / f"{key}.json").exists() for key in (keys[0], keys[2]))
+    # automation (Elasticsearch's eager condition) launched a sync first: publishing waits for it
+    # instead of running Elasticsearch a second time, at once, in index_job
+    index_job = defs.resolve_job_def("index_job")
+    es_run = inst.create_run_for_job(index_job, asset_selection=frozenset({dg.AssetKey("elasticsearch_index")}))
+    waiting = _publish_tick(inst, first.cursor)
+    assert not waiting.run_requests and "elasticsearch_index" in (waiting.skip_message or ""), waiting.skip_message
+    inst.report_run_canceled(es_run)
     # every report written: the index, once
     second = _publish_tick(inst, first.cursor)
     assert [r.job_name for r in second.run_requests] == ["index_job"]

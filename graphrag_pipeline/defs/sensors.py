@@ -167,9 +167,11 @@ def _latest_storage_id(instance, key: dg.AssetKey) -> int | None:
 
 
 def _busy(context: dg.SensorEvaluationContext) -> str | None:
-    """Why publishing must wait: a run that will cluster again or publish is queued or running."""
+    """Why publishing must wait: a run that will cluster again or publish is queued or running
+    (elasticsearch_index too: its eager automation may have launched a sync of its own, which a
+    publish run now would duplicate, two writers on one alias)."""
     instance = context.instance
-    for name in ("communities", "search_index"):
+    for name in ("communities", "search_index", "elasticsearch_index"):
         if run_id := _planned_run_in_progress(instance, asset_key(name)):
             return f"run {run_id[:8]} will materialize {name}"
     mine = instance.get_run_records(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.defs.resources import PipelineSettings
 from graphrag_pipeline.storage.remote import RemoteHome, RemoteHomeError, is_remote, is_synced, normalize_url
 from graphrag_pipeline_tests.conftest import cli
 from graphrag_pipeline_tests.s3_server import FAKE_SECRET
@@ -404,3 +405,31 @@ def test_access_denied_says_what_to_check_and_a_secret_in_an_error_text_is_redac
     assert "AWS_ACCESS_KEY_ID" in denied and FAKE_SECRET not in denied
     odd = str(home._error(ConnectionError(f"signature with {FAKE_SECRET} rejected"), "uploading"))
     assert FAKE_SECRET not in odd and "***" in odd and "check the endpoint" in odd
+
+
+def test_a_step_pushes_what_it_wrote_before_the_next_step_starts(bucket_url, tmp_path, monkeypatch):
+    # Dagster starts the next step (another process, another machine) once a step is reported done,
+    # before the step's resources are torn down: the step's files must be in the bucket by then
+    import dagster as dg
+
+    from graphrag_pipeline.defs.stopping import stoppable
+
+    server, bucket, url = bucket_url
+    monkeypatch.setenv("GRAPHRAG_HOME", url)
+    monkeypatch.setenv("GRAPHRAG_SCRATCH", str(tmp_path / "scratch"))
+    seen: dict = {}
+
+    @dg.asset
+    @stoppable
+    def upstream(settings: PipelineSettings) -> None:
+        _write(settings.paths.tables / "chunks" / "a.parquet", b"written by upstream")
+
+    @dg.asset(deps=[upstream])
+    @stoppable
+    def downstream(settings: PipelineSettings) -> None:
+        seen.update(server.objects(bucket))
+
+    # in process, the resource is torn down (and pushes) only after the whole run
+    result = dg.materialize([upstream, downstream], resources={"settings": PipelineSettings()})
+    assert result.success
+    assert seen == {"kb/tables/chunks/a.parquet": b"written by upstream"}

@@ -47,6 +47,10 @@ class _FromSettings(dg.ConfigurableResource):
         return type(self)(**values)
 
 
+# the RemoteHome of each working copy a step of this process has open (yield_for_execution), for push_written
+_STEP_SYNCS: dict[str, RemoteHome] = {}
+
+
 class PipelineSettings(_FromSettings):
     """Where the corpus and all state live, and how documents are processed."""
 
@@ -86,18 +90,32 @@ class PipelineSettings(_FromSettings):
             return
         ephemeral = resolved.scratch == env_settings.EPHEMERAL
         scratch = ephemeral_scratch() if ephemeral else Path(resolved.scratch)
+        is_step = getattr(context, "dagster_run", None) is not None  # a run's step; a sensor only reads
         try:
             sync = RemoteHome(resolved.home, scratch)
             sync.pull()
+            if is_step:
+                _STEP_SYNCS[str(scratch)] = sync
             try:
                 values = {name: getattr(resolved, name) for name in type(self).model_fields}
                 yield type(self)(**{**values, "scratch": str(scratch)})
             finally:
-                if getattr(context, "dagster_run", None) is not None:  # a run's step; a sensor only reads
+                if is_step:
+                    if _STEP_SYNCS.get(str(scratch)) is sync:
+                        del _STEP_SYNCS[str(scratch)]
                     sync.push()
         finally:
             if ephemeral:
                 remove_scratch(scratch)
+
+    def push_written(self) -> None:
+        """A home on object storage: push what the step wrote now, when its asset body returns.
+        Dagster reports a step done before it tears its resources down, and starts the next step
+        (another process or machine, whose pull must find these files) as soon as it is; the push
+        of yield_for_execution's teardown comes too late for that. A local home: nothing."""
+        sync = _STEP_SYNCS.get(str(self.scratch)) if self.scratch and is_remote(self.home) else None
+        if sync is not None:
+            sync.push()
 
     def _record(self):
         from graphrag_pipeline.storage.home import read_home_record

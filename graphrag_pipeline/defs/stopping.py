@@ -3,7 +3,8 @@
 Dagster retries an interrupted step that has a retry policy; after SIGINT/SIGTERM to a CLI build the
 interruption becomes a failure without retries, every LLM client of the process is cancelled, and a
 step that has not started yet does not start. (The wrapper every asset body has also tells the
-progress listener which step runs.)"""
+progress listener which step runs, and pushes what the body wrote to a home on object storage before
+Dagster reports the step done: see PipelineSettings.push_written.)"""
 
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def stoppable(fn):
             raise _stopped(signo)
         try:
             with progress.step(fn.__name__):  # the step a build's progress display names
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            settings = kwargs.get("settings")
+            if hasattr(settings, "push_written"):  # a home on object storage: in the bucket before the step is done
+                settings.push_written()
+            return result
         except BaseException:
             if signo := interrupts.requested():
                 raise _stopped(signo) from None

@@ -117,8 +117,9 @@ def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckR
     asset=index_assets.search_index,
     blocking=True,
     description="The index holds every entity and relation of the resolved graph, a report per reportable community "
-    "(2+ members), no stale or duplicate keys, and vectors on every row. Blocking: Elasticsearch is not "
-    "synced from an index that fails it.",
+    "(2+ members), no stale or duplicate keys, and vectors on every row (the verification a new file passes "
+    "before it is published). Blocking; Elasticsearch does not depend on it: it is built from the same inputs "
+    "and refuses a missing report itself.",
 )
 def search_index_is_complete(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()

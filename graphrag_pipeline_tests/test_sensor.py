@@ -108,10 +108,10 @@ def test_definitions_load_and_sensors_run_by_default():
     assert defs.resolve_sensor_def("publish_sensor").default_status == dg.DefaultSensorStatus.RUNNING
     assert defs.resolve_schedule_def("daily_reconcile").default_status == dg.DefaultScheduleStatus.RUNNING
     graph = defs.resolve_asset_graph()
-    for key in ("knowledge_graph", "resolved_graph", "communities", "elasticsearch_index"):
+    for key in ("knowledge_graph", "resolved_graph", "communities"):
         assert graph.get(dg.AssetKey(key)).automation_condition is not None, key
     # publish_sensor owns the reports and the index: automation requesting them too would duplicate its runs
-    for key in ("community_reports", "search_index"):
+    for key in ("community_reports", "search_index", "elasticsearch_index"):
         assert graph.get(dg.AssetKey(key)).automation_condition is None, key
     # and no default automation sensor appears for assets no sensor targets
     assert "default_automation_condition_sensor" not in {s.name for s in defs.sensors or []}
@@ -255,3 +255,29 @@ def test_publish_sensor_runs_reports_of_several_ranges_first_then_the_index(home
     assert [r.job_name for r in second.run_requests] == ["index_job"]
     assert defs.resolve_job_def("index_job").execute_in_process(instance=inst).success
     assert not _publish_tick(inst, second.cursor).run_requests
+
+
+def test_an_edit_is_published_once_and_automation_requests_nothing_beside_publish_sensor(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    publish_cursor = _publish_tick(inst).cursor
+    automation = dg.evaluate_automation_conditions(defs=defs, instance=inst)
+    assert automation.total_requested == 0
+    corpus_cursor = tick(inst).cursor
+    # an edit that adds no entity: the clustering that follows gives no new report partition
+    edited = corpus / "darwin_and_wallace.txt"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n\nThe end.\n", encoding="utf-8")
+    [request] = tick(inst, corpus_cursor).run_requests
+    assert request.job_name == "corpus_job"
+    partitions = inst.get_dynamic_partitions("communities")
+    assert defs.resolve_job_def("corpus_job").execute_in_process(instance=inst, tags=request.tags).success
+    assert inst.get_dynamic_partitions("communities") == partitions
+    # publish_sensor publishes the index (DuckDB and Elasticsearch) in one run; automation requests no
+    # second run of Elasticsearch beside it
+    assert [r.job_name for r in _publish_tick(inst, publish_cursor).run_requests] == ["index_job"]
+    after = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=automation.cursor)
+    assert [str(r.key) for r in after.results if r.true_subset.size] == []

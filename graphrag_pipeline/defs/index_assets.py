@@ -8,7 +8,6 @@ import polars as pl
 
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import document_assets, graph_assets
-from graphrag_pipeline.defs.graph_assets import EAGER
 from graphrag_pipeline.defs.metadata import OWNERS, md_table
 from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys, missing_inputs_failure, not_materialized
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -27,13 +26,6 @@ class SearchIndexConfig(dg.Config):
 
 class ElasticsearchConfig(dg.Config):
     full_rebuild: bool = False  # write a new index and swap the alias even when a sync would do
-
-
-# Elasticsearch's automation: eager (so it waits while a report partition is missing or an input is
-# in progress), and never in the same tick as one of its inputs
-PUBLISH_WHEN_SETTLED = EAGER & ~dg.AutomationCondition.any_deps_match(
-    dg.AutomationCondition.will_be_requested()
-).with_label("no input requested this tick")
 
 
 def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
@@ -175,7 +167,9 @@ def search_index(
     pool="llm",  # embeddings come from the endpoint when GRAPHRAG_EMBEDDING_MODEL names a model
     owners=OWNERS,
     tags={"stage": "index"},
-    automation_condition=PUBLISH_WHEN_SETTLED,
+    # no automation condition: publish_sensor (sensors.py) publishes it with search_index; its inputs
+    # change only before a `communities` materialization, which that sensor follows (eager here
+    # requested it a second time, beside publish_sensor's run)
     retry_policy=dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS),
     description="The search index in Elasticsearch (when GRAPHRAG_ES_URL is set), built from the same inputs and "
     "records as the DuckDB index (never from its file): only records whose content changed are written and "

@@ -141,8 +141,8 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     minimum_interval_seconds=30,
     run_tags={KB_TAG: knowledge_base()},
     description="Carries document changes made outside corpus_sensor's runs (a backfill from the UI, several batches "
-    "of documents) to the merge, resolution and communities, and the index to Elasticsearch; publish_sensor "
-    "writes the reports and publishes the index.",
+    "of documents) to the merge, resolution and communities; publish_sensor writes the reports and publishes the "
+    "index (DuckDB and Elasticsearch).",
 )
 
 

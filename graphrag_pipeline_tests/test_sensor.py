@@ -281,3 +281,42 @@ def test_an_edit_is_published_once_and_automation_requests_nothing_beside_publis
     assert [r.job_name for r in _publish_tick(inst, publish_cursor).run_requests] == ["index_job"]
     after = dg.evaluate_automation_conditions(defs=defs, instance=inst, cursor=automation.cursor)
     assert [str(r.key) for r in after.results if r.true_subset.size] == []
+
+
+def test_publish_sensor_requests_a_failed_publish_again_then_gives_up(home, corpus, instance):
+    from graphrag_pipeline.definitions import defs
+    from graphrag_pipeline.defs.sensors import MAX_PUBLISH_ATTEMPTS
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    cursor = _publish_tick(inst).cursor
+    (corpus / "hooker.txt").write_text(
+        "Joseph Hooker sailed with James Clark Ross to Antarctica and later directed Kew Gardens, where he "
+        "corresponded with Charles Darwin about the Wollemi Expedition.",
+        encoding="utf-8",
+    )
+    [request] = tick(inst).run_requests
+    assert defs.resolve_job_def("corpus_job").execute_in_process(instance=inst, tags=request.tags).success
+    # every requested publish run fails (here: it ends before doing anything): requested again, then given up
+    publish_job = defs.resolve_job_def("publish_job")
+    for attempt in range(MAX_PUBLISH_ATTEMPTS):
+        result = _publish_tick(inst, cursor)
+        assert [r.job_name for r in result.run_requests] == ["publish_job"], (attempt, result.skip_message)
+        failed = inst.create_run_for_job(
+            publish_job, tags={**result.run_requests[0].tags, "dagster/sensor_name": "publish_sensor"}
+        )
+        inst.report_run_failed(failed)
+        cursor = result.cursor
+    gave_up = _publish_tick(inst, cursor)
+    assert not gave_up.run_requests and "gave up" in (gave_up.skip_message or ""), gave_up.skip_message
+    assert "reports still missing" in gave_up.skip_message
+    assert not _publish_tick(inst, gave_up.cursor).run_requests
+    # a publish run that works, on the next clustering, clears it
+    assert defs.resolve_job_def("graph_job").execute_in_process(instance=inst).success
+    [again] = _publish_tick(inst, gave_up.cursor).run_requests
+    assert again.job_name == "publish_job"
+    assert publish_job.execute_in_process(instance=inst, tags=again.tags).success
+    done = _publish_tick(inst, _publish_tick(inst, gave_up.cursor).cursor)
+    assert not done.run_requests

@@ -148,6 +148,8 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 
 # -- publishing: the reports of a new clustering, then the index -----------------------------------
 PUBLISH_CURSOR_VERSION = 1
+# runs publish_sensor requests for one clustering before it gives up (a failed run is requested again)
+MAX_PUBLISH_ATTEMPTS = 4
 _FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 _IN_PROGRESS = [s for s in dg.DagsterRunStatus if s not in _FINISHED]
 
@@ -202,7 +204,7 @@ def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettin
     if not records or records[0].storage_id <= cursor["handled"]:
         return dg.SensorResult(skip_reason="no new communities materialization")
     latest = records[0]
-    done = {**cursor, "handled": latest.storage_id, "reports_for": None}
+    done = {**cursor, "handled": latest.storage_id, "reports_for": None, "pending": None, "attempts": 0}
     run = instance.get_run_by_id(latest.run_id)
     if run is not None and run.tags.get(CLI_TAG) == "build":
         return dg.SensorResult(cursor=json.dumps(done), skip_reason="clustered by a CLI build, which publishes itself")
@@ -212,6 +214,30 @@ def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettin
     written = instance.get_materialized_partitions(asset_key("community_reports"))
     store = settings.store()
     todo = [k for k in all_keys if k not in written or not store.has_report(k)]
+    if not todo:
+        index_id = _latest_storage_id(instance, asset_key("search_index"))
+        if index_id is not None and index_id > latest.storage_id:
+            return dg.SensorResult(
+                cursor=json.dumps(done), skip_reason="no new communities to publish: the index is newer than them"
+            )
+    # a clustering is handled once its reports and index exist, not when a run is requested: a run
+    # that failed (or was canceled) is requested again, up to MAX_PUBLISH_ATTEMPTS runs per clustering
+    attempts = int(cursor.get("attempts") or 0) if cursor.get("pending") == latest.storage_id else 0
+    if attempts >= MAX_PUBLISH_ATTEMPTS:
+        message = (
+            f"gave up publishing the communities of run {latest.run_id[:8]} after {attempts} runs that did not "
+            f"finish ({len(todo)} reports still missing): see those runs' errors, then launch publish_job from the UI "
+            "or run `graphrag-pipeline build`"
+        )
+        context.log.warning(message)
+        return dg.SensorResult(cursor=json.dumps(done), skip_reason=message)
+    if attempts:
+        context.log.warning(
+            f"the last run requested for the communities of run {latest.run_id[:8]} did not finish the work "
+            f"({len(todo)} reports missing, or the index older than them): requesting it again "
+            f"({attempts + 1} of {MAX_PUBLISH_ATTEMPTS})"
+        )
+    pending = {**cursor, "pending": latest.storage_id, "attempts": attempts + 1}
     batches = contiguous_batches(all_keys, todo, DEFAULT_BATCH)
     tags = {KB_TAG: knowledge_base(), "graphrag/reason": "new communities"}
     if len(batches) > 1 and cursor.get("reports_for") != latest.storage_id:
@@ -223,7 +249,7 @@ def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettin
             )
             for b in batches
         ]
-        return dg.SensorResult(run_requests=requests, cursor=json.dumps({**cursor, "reports_for": latest.storage_id}))
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps({**pending, "reports_for": latest.storage_id}))
     if todo:
         # one range (or what the runs above left, from its first to its last key: the kept reports
         # in between are reused, each recorded as `kept`)
@@ -232,7 +258,9 @@ def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettin
         request = dg.RunRequest(
             job_name=pipeline_jobs.publish_job.name, run_config=IN_PROCESS, tags={**tags, **range_tags(span)}
         )
-        return dg.SensorResult(run_requests=[request], cursor=json.dumps(done))
+        return dg.SensorResult(run_requests=[request], cursor=json.dumps(pending))
+    request = dg.RunRequest(job_name=pipeline_jobs.index_job.name, run_config=IN_PROCESS, tags=tags)
+    return dg.SensorResult(run_requests=[request], cursor=json.dumps(pending))
     index_id = _latest_storage_id(instance, asset_key("search_index"))
     if index_id is not None and index_id > latest.storage_id:
         return dg.SensorResult(cursor=json.dumps(done), skip_reason="the index is newer than the communities")

@@ -396,3 +396,11 @@ def test_a_second_knowledge_base_on_the_same_cache_database_makes_no_chat_calls(
     con.close()
     assert [r[0] for r in rows] == ["first_kb", "second_kb"]
     assert rows[0][1] == pytest.approx(first_usage["cost_usd"], abs=1e-5) and rows[0][1] > 0 and rows[1][1] == 0
+
+
+def test_a_password_given_as_a_url_parameter_is_scrubbed_too():
+    target = target_from_url("postgresql://app@db.internal:5432/graphrag?password=Param-SECRET-7&sslmode=require")
+    assert target.kwargs["password"] == "Param-SECRET-7" and target.kwargs["sslmode"] == "require"
+    scrubbed = target.scrub('connection to "db.internal" failed: password=Param-SECRET-7 rejected')
+    assert "Param-SECRET-7" not in scrubbed and "***" in scrubbed
+    assert "Param-SECRET-7" not in target.describe()

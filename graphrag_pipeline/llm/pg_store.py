@@ -100,7 +100,9 @@ def target_from_url(url: str, source: str = "GRAPHRAG_CACHE_URL") -> PgTarget:
         params[unquote(name)] = unquote(value)
     if "dbname" not in params:
         raise ValueError(f"{source} must name a database: postgresql://user:password@host:port/database")
-    return PgTarget(tuple(sorted(params.items())), source, (password, parts.password or ""))
+    # a password given as ?password=... is as secret as one in user:password@
+    secrets = (password, parts.password or "", params.get("password", ""))
+    return PgTarget(tuple(sorted(params.items())), source, tuple(s for s in secrets if s))
 
 
 # -- which database ---------------------------------------------------------------------------------

@@ -377,7 +377,7 @@ def test_a_failed_step_still_pushes_what_it_finished_and_a_sensor_never_pushes(b
     server, bucket, url = bucket_url
     monkeypatch.setenv("GRAPHRAG_HOME", url)
     monkeypatch.setenv("GRAPHRAG_SCRATCH", "ephemeral")
-    step = SimpleNamespace(dagster_run=object())  # what Dagster gives a run's step
+    step = SimpleNamespace(run=object())  # what Dagster gives a run's step (InitResourceContext.run)
     seen = []
     with pytest.raises(RuntimeError, match="the step failed"):
         with PipelineSettings().yield_for_execution(step) as settings:
@@ -387,7 +387,7 @@ def test_a_failed_step_still_pushes_what_it_finished_and_a_sensor_never_pushes(b
     assert server.objects(bucket) == {"kb/tables/chunks/done.parquet": b"finished before the failure"}
     assert not seen[0].exists()  # the ephemeral working copy is gone
 
-    sensor = SimpleNamespace(dagster_run=None)
+    sensor = SimpleNamespace(run=None)
     with PipelineSettings().yield_for_execution(sensor) as settings:
         assert (settings.paths.tables / "chunks" / "done.parquet").read_bytes() == b"finished before the failure"
         _write(settings.paths.tables / "chunks" / "stray.parquet", b"x")

@@ -90,7 +90,7 @@ class PipelineSettings(_FromSettings):
             return
         ephemeral = resolved.scratch == env_settings.EPHEMERAL
         scratch = ephemeral_scratch() if ephemeral else Path(resolved.scratch)
-        is_step = getattr(context, "dagster_run", None) is not None  # a run's step; a sensor only reads
+        is_step = getattr(context, "run", None) is not None  # a run's step; a sensor only reads
         try:
             sync = RemoteHome(resolved.home, scratch)
             sync.pull()

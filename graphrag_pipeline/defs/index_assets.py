@@ -29,9 +29,9 @@ class ElasticsearchConfig(dg.Config):
 
 
 def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
-    import duckdb
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only
 
-    con = duckdb.connect(str(path), read_only=True)
+    con = attach_read_only(path)
     try:
         pool = con.sql('SELECT type, entities, "count" FROM ty2ents ORDER BY "count" DESC, type').pl()
     finally:

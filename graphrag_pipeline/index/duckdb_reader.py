@@ -17,6 +17,23 @@ from graphrag_pipeline.llm.protocol import EmbeddingClient
 from graphrag_pipeline.settings import default_home
 
 
+def attach_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A connection of its own to the DuckDB file at `path`, read-only: the file is attached to a
+    private in-memory instance (no lock file, WAL or temp folder is written, so a read-only home is
+    enough). Not `duckdb.connect(path)`: the Python client shares one database instance among all
+    connections of a process to the same path, so a reader would see the old file after a publish
+    while another connection is open, and a thread opening or closing that shared instance can race
+    with a thread registering Arrow data on it ("python_arrow_scan does not exist")."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("ATTACH ? AS published (READ_ONLY)", [str(path)])
+        con.execute("USE published")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 class IndexNotFoundError(FileNotFoundError):
     pass
 
@@ -57,17 +74,15 @@ class DuckDBIndex:
                 f"no search index at {self.path}: run `graphrag-pipeline build` first "
                 f"(GRAPHRAG_HOME={self.path.parent.parent})"
             )
-        # The file is attached read-only (no lock file, WAL or temp folder is written, so a read-only
-        # home is enough) to a private in-memory instance: DuckDB shares one instance among all
-        # connections of a process to the same path while any of them is open, so connecting to the
-        # path after a publish would read the old file again while an older DuckDBIndex is open.
-        con = duckdb.connect(":memory:")
+        # a private instance per reader (attach_read_only): a DuckDBIndex opened after a publish
+        # reads the new file even while an older one is open
+        con = None
         try:
-            con.execute("ATTACH ? AS published (READ_ONLY)", [str(self.path)])
-            con.execute("USE published")
+            con = attach_read_only(self.path)
             self.meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
         except (duckdb.Error, OSError, ValueError) as exc:
-            con.close()
+            if con is not None:
+                con.close()
             raise IndexUnreadableError(
                 f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
             ) from None

@@ -38,6 +38,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from graphrag_pipeline.index.duckdb_reader import attach_read_only
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
     COLUMNS,
@@ -200,7 +201,7 @@ def index_completeness(
 def check_index_file(
     path: Path, nodes: pl.DataFrame, edges: pl.DataFrame, communities: pl.DataFrame
 ) -> IndexCompleteness:
-    con = duckdb.connect(str(path), read_only=True)
+    con = attach_read_only(path)
     try:
         return index_completeness(con, nodes, edges, communities)
     finally:
@@ -214,7 +215,7 @@ def read_meta(path: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = attach_read_only(path)
     except duckdb.Error:
         return None
     try:
@@ -598,7 +599,7 @@ def publish_index(
         return full(problem, None, None, prev)
 
     stat = os.stat(target)
-    con = duckdb.connect(str(target), read_only=True)
+    con = attach_read_only(target)
     try:
         old_counts = _table_counts(con)
         plans, n_affected = _compare(con, rows, edges, old_counts)

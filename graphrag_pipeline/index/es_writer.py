@@ -454,9 +454,9 @@ _ORDER = {"nhop": NHOP_ORDER_SQL, "ty2ents": '"count" DESC, type'}
 
 def read_duckdb_tables(path) -> tuple[dict[str, pl.DataFrame], dict]:
     """The tables and meta of a published DuckDB index (the source of an Elasticsearch sync)."""
-    import duckdb
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only
 
-    con = duckdb.connect(str(path), read_only=True)
+    con = attach_read_only(path)
     try:
         tables = {
             name: con.sql(f"SELECT * FROM {name}" + (f" ORDER BY {_ORDER[name]}" if name in _ORDER else "")).pl()

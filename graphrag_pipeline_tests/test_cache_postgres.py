@@ -31,6 +31,7 @@ from graphrag_pipeline.llm.pg_store import (
 from graphrag_pipeline.llm.usage import LLMUsage, open_ledger, read_ledger_totals
 from graphrag_pipeline.storage.layout import Paths
 from graphrag_pipeline_tests.conftest import REPO, cli, cli_json
+from graphrag_pipeline_tests.test_postgres import _instance_dir
 
 EXAMPLE = REPO / "examples" / "dagster-postgres.yaml"
 
@@ -134,12 +135,8 @@ def test_the_store_is_the_setting_else_the_instance_database_else_sqlite(home, t
     assert isinstance(open_cache(paths, "llm"), KVCache) and paths.cache_db.exists()
 
     # a Dagster instance storing its runs in Postgres: its database, `{env: X}` references resolved
-    db = pg_server.create_database(f"inst_{uuid.uuid4().hex[:10]}")
-    for name, value in pg_server.env(db).items():
-        monkeypatch.setenv(name, value)
-    folder = tmp_path / "instance"
-    folder.mkdir()
-    shutil.copyfile(EXAMPLE, folder / "dagster.yaml")
+    folder = _instance_dir(tmp_path, pg_server, monkeypatch)
+    db = os.environ["DAGSTER_PG_DB"]
     monkeypatch.setenv("DAGSTER_HOME", str(folder))
     target = cache_target(paths)
     assert target.kwargs["dbname"] == db and target.kwargs["port"] == str(pg_server.port)

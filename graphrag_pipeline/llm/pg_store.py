@@ -431,17 +431,7 @@ class PgUsageLedger:
     def record(self, step: str, usage) -> None:
         if not (usage.calls or usage.cache_hits):
             return
-        row = (
-            self.kb,
-            time.time(),
-            step,
-            usage.calls,
-            usage.cache_hits,
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.cost_usd,
-            usage.unpriced_calls,
-        )
+        row = (self.kb, time.time(), step, *usage.row())
 
         def work(con):
             with con.cursor() as cur:

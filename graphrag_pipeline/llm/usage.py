@@ -33,6 +33,10 @@ class LLMUsage:
             self.unpriced_calls - other.unpriced_calls,
         )
 
+    def row(self) -> tuple:
+        """The counters in the ledger's column order (`_COLUMNS`)."""
+        return tuple(getattr(self, c) for c in _COLUMNS)
+
     def to_dict(self) -> dict[str, int | float]:
         out = asdict(self)
         out["cost_usd"] = round(self.cost_usd, 6)
@@ -105,16 +109,7 @@ class UsageLedger:
             con.execute(
                 "INSERT INTO llm_usage (at, step, calls, cache_hits, prompt_tokens, completion_tokens, cost_usd,"
                 " unpriced_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    time.time(),
-                    step,
-                    usage.calls,
-                    usage.cache_hits,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cost_usd,
-                    usage.unpriced_calls,
-                ),
+                (time.time(), step, *usage.row()),
             )
         finally:
             con.close()

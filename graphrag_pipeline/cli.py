@@ -349,18 +349,31 @@ def _elasticsearch_stale(paths: Paths, instance, defs) -> bool:
     )
 
 
-def _code_version_stale(args: argparse.Namespace, instance, defs, plan) -> None:
+def _code_version_stale(args: argparse.Namespace, paths: Paths, instance, defs, plan) -> None:
     """Documents built under other settings (their code version changed: model, prompts, chunking)
     are never processed again by themselves: a new model or prompt means paid LLM calls. Say so
-    once, with how to refresh them; with `--refresh stale`, add them to the plan's work."""
-    from graphrag_pipeline.defs.partitions import documents_partitions
-    from graphrag_pipeline.defs.staleness import stale_by_code_version
+    once, with how to refresh them; with `--refresh stale`, add them to the plan's work.
 
+    Asking the instance reads the latest materialization of every document (a second at 50,000):
+    when the last check found none stale under the same code versions, every materialization since
+    was written under them too, and the check is skipped (`state/code-versions-checked.json`)."""
+    from graphrag_pipeline.defs.partitions import documents_partitions
+    from graphrag_pipeline.defs.staleness import document_code_versions, stale_by_code_version
+    from graphrag_pipeline.storage.files import read_json, write_json
+
+    marker = paths.state_dir / "code-versions-checked.json"
+    versions = document_code_versions(defs)
+    refresh = getattr(args, "refresh", None) == "stale"
+    if not refresh and read_json(marker, {}).get("none_stale_under") == versions:
+        return
     keys = instance.get_dynamic_partitions(documents_partitions.name)
     by_asset = stale_by_code_version(instance, defs, keys)
     stale = sorted({k for partitions in by_asset.values() for k in partitions} - set(plan.stale))
     if not stale:
+        if not any(by_asset.values()):
+            write_json({"none_stale_under": versions}, marker)
         return
+    marker.unlink(missing_ok=True)
     assets = ", ".join(f"{name} {len(partitions)}" for name, partitions in by_asset.items() if partitions)
     if getattr(args, "refresh", None) == "stale":
         wanted = set(plan.stale) | set(stale)
@@ -558,7 +571,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
         f"{len(plan.stale)} to process"
     )
-    _code_version_stale(args, instance, defs, plan)
+    _code_version_stale(args, paths, instance, defs, plan)
 
     ok = True
     batches = plan.batches(args.batch_size)

@@ -54,6 +54,29 @@ def test_partition_key_appends_hash_of_the_path_when_lossy():
     assert partition_key("a b.txt") == f"a_b.txt~{digest}"
 
 
+def test_partition_key_of_plain_paths_follows_the_general_rule():
+    """Plain ASCII paths take a short cut (no normalising, no replacement); it must give exactly the
+    key the general rule gives, and leave every other path to that rule."""
+    import graphrag_pipeline.ingest.documents as documents
+
+    rng = random.Random(7)
+    alphabet = "ab-_.Z9/"
+    paths = ["a/b.txt", "x-y/z_1.md", "a.b/c.d", "a" * 119 + ".md", "a/" * 40 + "b.md", "-a/b", "_/x.txt"]
+    paths += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14))) for _ in range(3000)]
+    paths += ["a" * n + "/b.txt" for n in range(100, 125)]
+    general = documents._PLAIN_PATH
+    taken = 0
+    for path in paths:
+        fast = partition_key(path)
+        documents._PLAIN_PATH = re.compile(r"(?!)")  # never matches: the general rule alone
+        try:
+            assert fast == partition_key(path), path
+        finally:
+            documents._PLAIN_PATH = general
+        taken += bool(general.fullmatch(path))
+    assert 500 < taken < len(paths)  # both ways were exercised
+
+
 def test_partition_key_is_injective_on_confusable_paths():
     paths = [
         "a/b.txt",

@@ -17,6 +17,12 @@ from graphrag_pipeline.defs.partitions import asset_key
 DOCUMENT_ASSETS = ("chunks", "doc_subgraph")
 
 
+def document_code_versions(defs: dg.Definitions) -> dict[str, str | None]:
+    """The code version of each per-document asset in these definitions."""
+    graph = defs.resolve_asset_graph()
+    return {name: graph.get(asset_key(name)).code_version for name in DOCUMENT_ASSETS}
+
+
 def stale_by_code_version(instance: dg.DagsterInstance, defs: dg.Definitions, keys=None) -> dict[str, list[str]]:
     """For each per-document asset with a code version, the partitions (of ``keys``, default all
     materialized ones) whose latest materialization was written under another code version."""

@@ -92,6 +92,14 @@ def _raw_key(relpath: str) -> str:
     return f"{_head(key, _RAW_HEAD_BYTES)}~{digest}"
 
 
+# a path whose key is itself with `/` as `--` (what partition_key's general rule gives it): ASCII
+# letters, digits, `.`, `_`, `-` in non-empty parts not starting with `.`, no `--`, `-/` or `/-`,
+# a key of at most 120 bytes. Such paths (nearly every corpus's) skip normalising and the regex
+# replacement: a corpus is keyed on every build
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+_LOSSY_PLAIN = re.compile(r"--|-/|/-")
+
+
 def partition_key(relpath: str) -> str:
     """A stable, storage-safe partition key for a corpus-relative path.
 
@@ -106,6 +114,8 @@ def partition_key(relpath: str) -> str:
     and NFD spellings of a name give the same key: when both are in one corpus, `corpus_keys`
     (which `scan_corpus` uses) gives the one not in NFC a key of its own.
     """
+    if len(relpath) + relpath.count("/") <= 120 and _PLAIN_PATH.fullmatch(relpath) and not _LOSSY_PLAIN.search(relpath):
+        return relpath.replace("/", "--")
     if not _is_text(relpath):
         return _raw_key(relpath)
     original = unicodedata.normalize("NFC", relpath).strip("/")

@@ -375,3 +375,43 @@ def test_unchanged_communities_are_not_looked_at_again_and_a_new_hash_scheme_kee
     third = update_communities(*frames(g), second.state, max_cluster_size=12)
     assert third.metrics["communities_unchanged"] == 0
     assert ids_by_members(third.communities) == ids_by_members(second.communities)
+
+
+def test_cached_edge_items_give_what_computing_them_again_gives():
+    """Edge content items are kept in the state while an edge's description is unchanged; an update
+    with them must give the same ids, fingerprints and report bases as one that hashes every edge."""
+    g = planted(groups=6)
+    descriptions = {n: f"entity {n}" for n in g}
+    for i, (a, b) in enumerate(sorted(g.edges)):
+        g[a][b]["description"] = f"relation {i}"
+    nodes, edges = frames(g, descriptions)
+    edges = edges.with_columns(pl.format("relation {}-{}", "source_key", "target_key").alias("description"))
+    first = update_communities(nodes, edges, None, max_cluster_size=12)
+    # the first clustering computed the item of every edge inside a community (not those between them)
+    assert 0 < first.state.edges["i"].null_count() < first.state.edges.height / 4
+    a, b = sorted(g.edges)[5]
+    edited = edges.with_columns(
+        pl.when((pl.col("source_key") == a) & (pl.col("target_key") == b))
+        .then(pl.lit("a reworded relation"))
+        .otherwise(pl.col("description"))
+        .alias("description")
+    )
+    g.add_edge("newcomer", a, weight=2.0)
+    nodes2 = pl.concat([nodes, pl.DataFrame({"key": ["newcomer"], "description": ["new"]})], how="diagonal")
+    edges2 = pl.concat(
+        [edited, pl.DataFrame({"source_key": [a], "target_key": ["newcomer"], "weight": [2.0], "description": ["x"]})],
+        how="diagonal_relaxed",
+    )
+    cached = update_communities(nodes2, edges2, first.state, max_cluster_size=12)
+    from dataclasses import replace
+
+    state = replace(first.state, edges=first.state.edges.select("a", "b", "w", "c"))  # no items: all hashed again
+    fresh = update_communities(nodes2, edges2, state, max_cluster_size=12)
+    cols = ["community_id", "level", "nodes", "fingerprint"]
+    assert cached.communities.select(cols).to_dicts() == fresh.communities.select(cols).to_dicts()
+    assert cached.state.bases.sort(pl.all()).equals(fresh.state.bases.sort(pl.all()))
+    assert cached.metrics["communities_changed"] >= 1
+    # the reworded edge's item was hashed again: same item id, another content hash
+    pair = (pl.col("a") == min(a, b)) & (pl.col("b") == max(a, b))
+    row, before = cached.state.edges.filter(pair), first.state.edges.filter(pair)
+    assert row["i"].item() == before["i"].item() and row["h"].item() != before["h"].item()

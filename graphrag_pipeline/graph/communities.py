@@ -60,6 +60,9 @@ COMMUNITY_SCHEMA = {
     "fingerprint": pl.Utf8,  # hash of the current level, members, descriptions and internal edges
 }
 EDGE_STATE_SCHEMA = {"a": pl.Utf8, "b": pl.Utf8, "w": pl.Float64, "c": pl.UInt64}  # c: hash of the description
+# the content item of an edge (its stable id, the stable hash of its description, its tokens), kept with
+# the edge state while the description (c) is unchanged: a large community's items are not hashed again
+EDGE_ITEM_SCHEMA = {"i": pl.UInt64, "h": pl.UInt64, "t": pl.Int64}
 NODE_STATE_SCHEMA = {"key": pl.Utf8, "c": pl.UInt64}  # c: hash of name, type and description
 # change detection hashes (polars') are compared only with hashes of the same scheme; the report
 # bases use a stable hash of their own (blake2b), so a polars upgrade costs work, never reports
@@ -119,17 +122,21 @@ class _Graph:
     dst: np.ndarray
     w: np.ndarray  # the clustered edges, src < dst by key order
     c: np.ndarray  # hash of each clustered edge's description
+    _frame: pl.DataFrame | None = field(default=None, repr=False)
 
     def edge_list(self) -> list[tuple[str, str, float]]:
         k = self.keys
         return [(k[a], k[b], float(x)) for a, b, x in zip(self.src.tolist(), self.dst.tolist(), self.w.tolist())]
 
     def edge_frame(self) -> pl.DataFrame:
-        keys = np.array(self.keys, dtype=object)
-        return pl.DataFrame(
-            {"a": keys[self.src].tolist(), "b": keys[self.dst].tolist(), "w": self.w, "c": self.c},
-            schema=EDGE_STATE_SCHEMA,
-        )
+        """The clustered edges as a table (a, b, w, c), in the order of the edge arrays."""
+        if self._frame is None:
+            keys = pl.Series("k", self.keys, dtype=pl.Utf8)
+            self._frame = pl.DataFrame(
+                {"a": keys.gather(self.src), "b": keys.gather(self.dst), "w": self.w, "c": self.c},
+                schema=EDGE_STATE_SCHEMA,
+            )
+        return self._frame
 
 
 def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) -> _Graph:
@@ -414,13 +421,33 @@ def _h64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def _fingerprint(level: int, members: list[str], descriptions: dict, edges: list[tuple]) -> str:
-    h = hashlib.sha256(f"L{level}".encode())
-    for key in members:
-        h.update(b"\x00n" + key.encode() + b"\x01" + (descriptions.get(key) or "").encode())
-    for e in edges:
-        h.update(b"\x00e" + "\x01".join(map(str, e)).encode())
-    return h.hexdigest()[:16]
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64 arrays (wrapping arithmetic: the same numbers on every machine)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _fingerprint(
+    level: int,
+    node_item: np.ndarray,
+    node_content: np.ndarray,
+    edge_item: np.ndarray,
+    edge_content: np.ndarray,
+    edge_weight: np.ndarray,
+) -> str:
+    """A hash of the level, the members (their stable ids and texts) and the internal edges (ids,
+    descriptions, weights to 6 decimals). The order of members and edges does not matter: it is a
+    sum of mixed 64-bit item hashes (computed over arrays, not edge by edge), then SHA-256."""
+    nodes = _mix(node_item ^ _mix(node_content))
+    weights = np.round(np.asarray(edge_weight, dtype=np.float64) * 1e6).astype(np.int64).view(np.uint64)
+    edges = _mix(edge_item ^ _mix(edge_content ^ _mix(weights)))
+    with np.errstate(over="ignore"):
+        node_sum, edge_sum = int(nodes.sum(dtype=np.uint64)), int(edges.sum(dtype=np.uint64))
+    text = f"L{level}\x00{len(node_item)}\x00{node_sum}\x00{len(edge_item)}\x00{edge_sum}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _members_hash(level: int, members: list[str]) -> str:
@@ -428,92 +455,148 @@ def _members_hash(level: int, members: list[str]) -> str:
 
 
 @dataclass
-class _Content:
-    descriptions: dict[str, str]
-    node_item: dict[str, tuple[int, int, int]]  # key -> (item hash, content hash, tokens)
-    edge_item: dict[tuple[str, str], tuple[int, int, int]]
+class _Items:
+    """Content items (stable id, stable hash of the text, estimated tokens) of nodes or edges, as
+    arrays over all of them; `have` marks those computed, `t` < 0 one without text (no item)."""
+
+    i: np.ndarray
+    h: np.ndarray
+    t: np.ndarray
+    have: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> _Items:
+        return cls(np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.full(n, -1, np.int64), np.zeros(n, dtype=bool))
+
+    def rows(self, at: np.ndarray) -> list[tuple[int, int, int]]:
+        at = at[self.t[at] >= 0]
+        return list(zip(self.i[at].tolist(), self.h[at].tolist(), self.t[at].tolist()))
 
 
-def _content(nodes: pl.DataFrame, edges: pl.DataFrame, keys: set[str], pairs: set[tuple[str, str]]) -> _Content:
-    """Descriptions and item hashes of the nodes `keys` and the edges `pairs` (a < b) only."""
-    wanted = pl.Series("k", sorted(keys), dtype=pl.Utf8).implode()
-    sub = nodes.filter(pl.col("key").is_in(wanted))
+def _node_items(g: _Graph, nodes: pl.DataFrame, wanted: np.ndarray) -> _Items:
+    """The items of the nodes `wanted` (a node missing from `nodes` has an id but no text item)."""
+    out = _Items.empty(len(g.keys))
+    if not wanted.size:
+        return out
+    keys = [g.keys[i] for i in wanted.tolist()]
+    out.i[wanted] = [_h64("n\x00" + k) for k in keys]
+    out.have[wanted] = True
+    sub = nodes.filter(pl.col("key").is_in(pl.Series("k", keys, dtype=pl.Utf8).implode()))
     cols = set(sub.columns)
     names = sub["name"].to_list() if "name" in cols else sub["key"].to_list()
     types = sub["type"].to_list() if "type" in cols else [""] * sub.height
-    descs = sub["description"].to_list()
-    node_item = {}
-    for key, name, etype, desc in zip(sub["key"].to_list(), names, types, descs):
+    position = dict(zip(keys, wanted.tolist()))
+    for key, name, etype, desc in zip(sub["key"].to_list(), names, types, sub["description"].to_list()):
         text = f"{name}\x00{etype}\x00{desc or ''}"
-        node_item[key] = (_h64("n\x00" + key), _h64(text), len(text) // 4 + 1)
-    edge_item = {}
-    if "description" in edges.columns and pairs:
-        e = edges.select(
+        j = position[key]
+        out.h[j], out.t[j] = _h64(text), len(text) // 4 + 1
+    return out
+
+
+def _cached_edge_items(g: _Graph, previous: CommunityState | None) -> _Items:
+    """The items the previous state computed for edges whose description is unchanged (same hash, same scheme)."""
+    out = _Items.empty(len(g.src))
+    if (
+        previous is None
+        or previous.hash_scheme != HASH_SCHEME
+        or not set(EDGE_ITEM_SCHEMA) <= set(previous.edges.columns)
+    ):
+        return out
+    old = previous.edges.select("a", "b", "c", *EDGE_ITEM_SCHEMA).drop_nulls("i")
+    got = g.edge_frame().select("a", "b", "c").with_row_index("j").join(old, on=["a", "b", "c"], how="inner")
+    j = got["j"].to_numpy().astype(np.int64)
+    out.i[j], out.h[j], out.t[j] = got["i"].to_numpy(), got["h"].to_numpy(), got["t"].to_numpy()
+    out.have[j] = True
+    return out
+
+
+def _fill_edge_items(g: _Graph, edges: pl.DataFrame, wanted: np.ndarray, items: _Items) -> None:
+    """Compute the items of the edges `wanted` not in `items` yet (their text: the description, when
+    the edges have one; the last row of a pair repeated, as the clustering takes its weight)."""
+    todo = wanted[~items.have[wanted]]
+    if not todo.size:
+        return
+    a = [g.keys[x] for x in g.src[todo].tolist()]
+    b = [g.keys[x] for x in g.dst[todo].tolist()]
+    items.i[todo] = [_h64(f"e\x00{x}\x00{y}") for x, y in zip(a, b)]
+    items.have[todo] = True
+    if "description" not in edges.columns:
+        return
+    ends = pl.Series("k", sorted(set(a) | set(b)), dtype=pl.Utf8).implode()
+    texts = (
+        edges.filter(pl.col("source_key").is_in(ends) & pl.col("target_key").is_in(ends))
+        .select(
             pl.min_horizontal("source_key", "target_key").alias("a"),
             pl.max_horizontal("source_key", "target_key").alias("b"),
             "description",
         )
-        want = pl.DataFrame(sorted(pairs), schema={"a": pl.Utf8, "b": pl.Utf8}, orient="row")
-        for a, b, desc in e.join(want, on=["a", "b"], how="semi").iter_rows():
-            text = desc or ""
-            edge_item[(a, b)] = (_h64(f"e\x00{a}\x00{b}"), _h64(text), len(text) // 4 + 1)
-    return _Content(dict(zip(sub["key"].to_list(), descs)), node_item, edge_item)
+        .unique(["a", "b"], keep="last", maintain_order=True)
+    )
+    want = pl.DataFrame({"j": todo, "a": a, "b": b}, schema={"j": pl.Int64, "a": pl.Utf8, "b": pl.Utf8})
+    for j, desc in want.join(texts, on=["a", "b"], how="inner").select("j", "description").iter_rows():
+        text = desc or ""
+        items.h[j], items.t[j] = _h64(text), len(text) // 4 + 1
 
 
-def _internal_edges(g: _Graph, clusters: list[_Cluster]) -> dict[int, list[tuple[int, int, float]]]:
-    """Per cluster label: its internal edges (src < dst ids, weight), sorted."""
+def _internal_edges(g: _Graph, clusters: list[_Cluster]) -> dict[int, np.ndarray]:
+    """Per cluster label: the positions (in g's edge arrays, ascending) of its internal edges."""
     by_level: dict[int, list[_Cluster]] = defaultdict(list)
     for c in clusters:
         by_level[c.level].append(c)
-    out: dict[int, list[tuple[int, int, float]]] = {}
+    out: dict[int, np.ndarray] = {}
+    none = np.zeros(0, dtype=np.int64)
     for cs in by_level.values():
         lab = np.full(len(g.keys), -1, dtype=np.int64)
         for c in cs:
             lab[c.members] = c.label
-        same = (lab[g.src] >= 0) & (lab[g.src] == lab[g.dst])
-        groups: dict[int, list] = defaultdict(list)
-        for c, a, b, w in zip(
-            lab[g.src][same].tolist(), g.src[same].tolist(), g.dst[same].tolist(), g.w[same].tolist()
-        ):
-            groups[c].append((a, b, w))
+        ls = lab[g.src]
+        idx = np.flatnonzero((ls >= 0) & (ls == lab[g.dst]))
+        order = np.argsort(ls[idx], kind="stable")
+        idx, labs = idx[order], ls[idx][order]
+        uniq, starts = np.unique(labs, return_index=True)
+        ends = np.append(starts[1:], len(labs)).astype(np.int64)
+        found = {int(u): idx[s:e] for u, s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist())}
         for c in cs:
-            out[c.label] = groups.get(c.label, [])
+            out[c.label] = found.get(c.label, none)
     return out
 
 
 def _describe(
-    g: _Graph, clusters: list[_Cluster], nodes: pl.DataFrame, edges: pl.DataFrame, clean: dict[int, str]
+    g: _Graph,
+    clusters: list[_Cluster],
+    nodes: pl.DataFrame,
+    edges: pl.DataFrame,
+    clean: dict[int, str],
+    edge_items: _Items,
 ) -> tuple[dict[int, dict], dict[int, list]]:
     """Per cluster label: member keys, fingerprint and (raw) weight; and the content items of the
-    clusters not in `clean` (label -> fingerprint of an unchanged community, whose work is skipped)."""
+    clusters not in `clean` (label -> fingerprint of an unchanged community, whose work is skipped).
+    `edge_items` (cached items of unchanged edges) gains the items computed here."""
     keys = g.keys
     degree = np.diff(g.csr.indptr)
     dirty = [c for c in clusters if c.label not in clean]
     internal = _internal_edges(g, dirty)
-    member_keys = {c.label: [keys[i] for i in c.members] for c in clusters}
-    edge_keys = {c.label: [(keys[a], keys[b], round(w, 6)) for a, b, w in internal[c.label]] for c in dirty}
-    content = _content(
-        nodes,
-        edges,
-        {k for c in dirty for k in member_keys[c.label]},
-        {(a, b) for c in dirty for a, b, _ in edge_keys[c.label]},
-    )
+    none = np.zeros(0, dtype=np.int64)
+    wanted_nodes = np.unique(np.concatenate([c.members for c in dirty])) if dirty else none
+    wanted_edges = np.unique(np.concatenate([internal[c.label] for c in dirty])) if dirty else none
+    node_items = _node_items(g, nodes, wanted_nodes)
+    _fill_edge_items(g, edges, wanted_edges, edge_items)
     info, items = {}, {}
     for c in clusters:
-        members = member_keys[c.label]
+        members = [keys[i] for i in c.members.tolist()]
         weight = float(degree[c.members].sum())
         if c.label in clean:
             info[c.label] = {"members": members, "fingerprint": clean[c.label], "weight": weight}
             continue
-        e = edge_keys[c.label]
+        m, e = c.members, internal[c.label]
         info[c.label] = {
             "members": members,
             "weight": weight,
-            "fingerprint": _fingerprint(c.level, members, content.descriptions, e),
+            "fingerprint": _fingerprint(
+                c.level, node_items.i[m], node_items.h[m], edge_items.i[e], edge_items.h[e], g.w[e]
+            ),
         }
-        items[c.label] = [content.node_item[k] for k in members if k in content.node_item] + [
-            content.edge_item[(a, b)] for a, b, _ in e if (a, b) in content.edge_item
-        ]
+        items[c.label] = node_items.rows(m) + edge_items.rows(e)
     return info, items
 
 
@@ -724,7 +807,8 @@ def update_communities(
                 and prev.member_keys[c.label] == frozenset(g.keys[i] for i in c.members)
             ):
                 clean[c.label] = prev.fingerprints[c.label]
-    info, items = _describe(g, clusters, nodes, edges, clean)
+    edge_items = _cached_edge_items(g, previous)
+    info, items = _describe(g, clusters, nodes, edges, clean, edge_items)
     ids_clean = {label: prev.ids[label] for label in clean} if prev is not None else {}
     ids, id_stats = _assign_ids(clusters, info, items, previous, refresh_share, retired, generation)
     df = _table(clusters, info, {**ids, **ids_clean})
@@ -746,7 +830,7 @@ def update_communities(
             **id_stats,
         }
     )
-    state = _next_state(previous, df, clusters, info, items, g, settings, generation, retired, node_hashes)
+    state = _next_state(previous, df, clusters, info, items, g, edge_items, settings, generation, retired, node_hashes)
     per_level = df.group_by("level").len().sort("level")
     levels = ", ".join(f"level {lvl}: {n}" for lvl, n in per_level.iter_rows())
     message = f"{df.height} communities over {int(g.mask.sum())} nodes ({levels})"
@@ -769,6 +853,7 @@ def _next_state(
     info: dict,
     items: dict,
     g: _Graph,
+    edge_items: _Items,
     settings: dict,
     generation: int,
     retired: set[str],
@@ -801,7 +886,12 @@ def _next_state(
             pl.DataFrame(fresh_rows, schema=BASIS_SCHEMA, orient="row"),
         ]
     )
-    return CommunityState(df, g.edge_frame(), bases, history, generation, settings, retired, node_hashes)
+    have = pl.Series(edge_items.have)
+    known = pl.DataFrame(
+        {"i": edge_items.i, "h": edge_items.h, "t": edge_items.t}, schema=EDGE_ITEM_SCHEMA
+    ).with_columns(pl.when(have).then(pl.all()))  # null where not computed
+    edge_state = pl.concat([g.edge_frame(), known], how="horizontal")
+    return CommunityState(df, edge_state, bases, history, generation, settings, retired, node_hashes)
 
 
 def detect_communities(

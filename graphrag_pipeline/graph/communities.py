@@ -16,8 +16,10 @@ when asked, or when the clustering settings changed, everything is re-clustered 
 ids are then still reused wherever a community came out the same.
 
 Community ids key the report partitions. An id is `L<level>-<fingerprint>`, the fingerprint
-hashing the level, the members and their descriptions and the internal edges (unchanged from the
-stateless version, so existing homes keep their ids). A community keeps its id as long as its
+hashing the level, the members and their texts and the internal edges (an order-free sum of stable
+64-bit item hashes, computed over arrays; an edge's item is kept in the state while its description
+is unchanged). An id once given stays with its community through the state, whatever later
+versions compute as fingerprints. A community keeps its id as long as its
 members are the same and less than `refresh_share` of its context (entity and relation texts,
 tokens estimated as characters / 4) differs from the content its report was written from (its
 "basis"). A community that comes back with members and content it had before - an edit that was

@@ -62,7 +62,8 @@ from graphrag_pipeline.index.records import (
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import atomic_path
 
-SCHEMA_VERSION = 4  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section
+SCHEMA_VERSION = 5  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section;
+# 5: entities without community_ids
 MAX_DELTA_FRACTION = 0.3
 CHANGES_SCHEMA = {"table_name": pl.Utf8, "key": pl.Utf8, "key2": pl.Utf8, "op": pl.Utf8}
 # meta entries that describe the publish itself rather than the content

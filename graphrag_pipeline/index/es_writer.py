@@ -44,7 +44,8 @@ from graphrag_pipeline.index.records import (
 )
 from graphrag_pipeline.urls import redact_url
 
-SCHEMA_VERSION = 3  # 2: documents_kwd on community reports (their sources); 3: chunk pages and section
+SCHEMA_VERSION = 4  # 2: documents_kwd on community reports (their sources); 3: chunk pages and section;
+# 4: entities without community_ids_kwd
 KG = "knowledge_graph_kwd"
 
 
@@ -136,7 +137,6 @@ def mappings(dim: int) -> dict:
             "entity_type_kwd": kw,
             "source_id": kw,
             "doc_ids_kwd": kw,
-            "community_ids_kwd": kw,
             "rank_flt": {"type": "float"},
             "degree_int": {"type": "integer"},
             "from_entity_kwd": kw,
@@ -222,7 +222,6 @@ def iter_documents(tables: dict[str, pl.DataFrame], dim: int) -> Iterator[tuple[
                     "degree_int": int(e["degree"]),
                     "source_id": list(e["source_ids"] or []),
                     "doc_ids_kwd": list(e["doc_ids"] or []),
-                    "community_ids_kwd": list(e["community_ids"] or []),
                     "n_hop_with_weight": nhop.get(e["key"], []),
                     vf: _vec(e["embedding"]),
                 }

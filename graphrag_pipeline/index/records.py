@@ -44,7 +44,7 @@ KEYS = {
 }
 # content columns, in table order (then `embedding` for VECTOR_TABLES, then `row_hash`)
 COLUMNS = {
-    "entities": ("key", "name", "type", "description", "pagerank", "degree", "source_ids", "doc_ids", "community_ids"),
+    "entities": ("key", "name", "type", "description", "pagerank", "degree", "source_ids", "doc_ids"),
     "relations": ("source_key", "target_key", "source", "target", "description", "keywords", "weight", "source_ids"),
     "community_reports": (
         "community_id",
@@ -380,19 +380,30 @@ def _report_rows(
         if chunks is not None and chunks.height
         else pl.DataFrame(schema={"doc_id": pl.Utf8, "doc": pl.Utf8})
     )
+    # documents numbered in path order, so the counting, ranking and ties run on integers: a report
+    # of a top-level community counts hundreds of thousands of (member, document) pairs at 50,000 documents
+    numbered = paths.sort("doc", "doc_id").with_row_index("_d")
+    node_docs = (
+        nodes.select("key", "doc_ids")
+        .unique("key", keep="last")
+        .explode("doc_ids")
+        .drop_nulls("doc_ids")
+        .join(numbered.select(pl.col("doc_id").alias("doc_ids"), "_d"), on="doc_ids", how="inner")
+        .select("key", "_d")
+    )
     documents = (
         out.select("_i", pl.col("entity_keys").alias("key"))
         .explode("key")
         .drop_nulls("key")
-        .join(nodes.select("key", "doc_ids").unique("key", keep="last"), on="key", how="inner")
-        .explode("doc_ids")
-        .drop_nulls("doc_ids")
-        .join(paths, left_on="doc_ids", right_on="doc_id", how="inner")
-        .group_by("_i", "doc")
+        .join(node_docs, on="key", how="inner")
+        .group_by("_i", "_d")
         .agg(pl.len().alias("n"))
-        .sort(["_i", "n", "doc"], descending=[False, True, False])
+        .sort(["_i", "n", "_d"], descending=[False, True, False])
         .group_by("_i", maintain_order=True)
-        .agg(pl.col("doc").head(REPORT_MAX_DOCUMENTS).alias("documents"))
+        .head(REPORT_MAX_DOCUMENTS)
+        .join(numbered.select("_d", "doc"), on="_d", how="left", maintain_order="left")
+        .group_by("_i", maintain_order=True)
+        .agg(pl.col("doc").alias("documents"))
     )
     out = (
         out.join(members, on="_i", how="left", maintain_order="left")
@@ -428,29 +439,21 @@ def build_index_rows(
 
     chunks: chunk_id, doc_id, doc (relative path), position, text.
     nhop=False leaves the nhop table empty (a delta publish computes only the paths that can change)."""
-    membership = (
-        communities.select("community_id", pl.col("nodes").alias("key"))
-        .explode("key")
-        .drop_nulls("key")
-        .group_by("key", maintain_order=True)
-        .agg(pl.col("community_id").alias("community_ids"))
-    )
+    # an entity's communities are not part of its record: the report rows list their members, and a
+    # community that gains one member takes a new id, which would rewrite the record of every member
+    # (thousands in a top-level community) after a one-paragraph edit
     # PageRank and community weights to 3 significant digits: every change of the graph moves them
     # a little everywhere, and a record rewritten (in Elasticsearch too) for a shift in the fifth digit
     # would make every update cost in proportion to the corpus; rankings keep their order
-    entities = (
-        nodes.select(
-            "key",
-            "name",
-            "type",
-            "description",
-            pl.col("pagerank").round_sig_figs(3),
-            "degree",
-            "source_ids",
-            "doc_ids",
-        )
-        .join(membership, on="key", how="left", maintain_order="left")
-        .with_columns(pl.col("community_ids").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))))
+    entities = nodes.select(
+        "key",
+        "name",
+        "type",
+        "description",
+        pl.col("pagerank").round_sig_figs(3),
+        "degree",
+        "source_ids",
+        "doc_ids",
     )
     relations = edges.select(*COLUMNS["relations"])
 

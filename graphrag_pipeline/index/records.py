@@ -30,7 +30,7 @@ TY2ENTS_SAMPLES = 10
 TABLES = ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")
 VECTOR_TABLES = ("entities", "relations", "community_reports", "chunks")
 HASH = "row_hash"
-HASH_SCHEME = f"json-polars-{pl.__version__}"
+HASH_SCHEME = f"struct-polars-{pl.__version__}"
 _SEED = 0x6772617068
 # the primary key of each table; a key may hold several rows (nhop: the paths of one entity; chunks: an
 # identical paragraph repeated in one document), which are then compared and replaced as one group
@@ -107,13 +107,15 @@ class IndexTables:
 
 
 def row_hashes(df: pl.DataFrame, columns: Iterable[str]) -> pl.Series:
-    """64-bit hashes of the rows' content: each row as JSON (values kept apart, doubles in full
-    round-trip precision), hashed with a fixed seed. Polars guarantees the hash only within one
-    version, so HASH_SCHEME names the version: an index hashed by another one is rebuilt whole."""
+    """64-bit hashes of the rows' content: polars' own hash of the row as a struct, with a fixed seed
+    (fields, list elements and list boundaries kept apart, doubles by their bits; as JSON first it
+    cost twice as much on 800,000 relations and the id lists of popular entities). Polars
+    guarantees the hash only within one version, so HASH_SCHEME names the version: an index hashed
+    by another one is rebuilt whole."""
     columns = list(columns)
     if df.height == 0:
         return pl.Series(HASH, [], dtype=pl.UInt64)
-    return df.select(pl.struct(columns).struct.json_encode().hash(_SEED).alias(HASH))[HASH]
+    return df.select(pl.struct(columns).hash(_SEED).alias(HASH))[HASH]
 
 
 def with_hash(table: str, df: pl.DataFrame) -> pl.DataFrame:

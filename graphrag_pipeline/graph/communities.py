@@ -776,7 +776,10 @@ def update_communities(
         if clusters is not None:
             metrics["source"] = "memo (this graph was clustered before)"
     _, fresh_labels = gn.leiden(edge_list, seed=seed)
-    fresh_quality = gn.modularity(edge_list, fresh_labels)
+    # scored on the CSR graph, as the kept partition is (not by handing the edge list to Rust again)
+    fresh_at = np.full(len(g.keys), -1, dtype=np.int64)
+    fresh_at[[index[k] for k in fresh_labels]] = list(fresh_labels.values())
+    fresh_quality = modularity(g.csr, g.mask, fresh_at)
     prev, touched = None, None
     if clusters is None and reason is None:
         prev = _previous_hierarchy(previous.table, g)

@@ -79,7 +79,7 @@ def scan_states(
     errors: dict[str, str] = {}
     for key, f in files.items():
         try:
-            st = os.stat(f.path)
+            st = os.stat(f.fspath or f.path)
             prev = (known or {}).get(key)
             if prev and len(prev) == 3 and prev[1] == st.st_size and prev[2] == st.st_mtime_ns:
                 states[key] = FileState(prev[0], st.st_size, st.st_mtime_ns)

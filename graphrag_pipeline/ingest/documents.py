@@ -44,6 +44,9 @@ class CorpusFile:
     key: str  # partition key
     relpath: str  # path relative to the corpus, with "/" separators, as text for display (always valid UTF-8)
     path: Path  # the real path (an undecodable name keeps its bytes here)
+    # the same path as a string, when known: a corpus is stat-ed on every build, and a pathlib path
+    # formats itself anew for each system call
+    fspath: str = field(default="", compare=False, repr=False)
 
 
 _KEY_HEAD_BYTES = 110  # a key is part of file names, which are limited to 255 bytes
@@ -226,9 +229,17 @@ def scan_corpus(corpus: Path) -> list[CorpusFile]:
     found = _supported_files(root)
     keys = corpus_keys(found)
     # the raw bytes of the relative path break ties of equal display paths, as those of the full
-    # path would (every path starts with the corpus)
-    order = sorted(found, key=lambda rel: (display_path(rel), _raw_bytes(rel)))
-    return [CorpusFile(keys[rel], display_path(rel), Path(os.path.join(root, rel))) for rel in order]
+    # path would (every path starts with the corpus); ASCII paths are their own display path and
+    # bytes, in the same order
+    if all(rel.isascii() for rel in found):
+        order = sorted(found)
+    else:
+        order = sorted(found, key=lambda rel: (display_path(rel), _raw_bytes(rel)))
+    out = []
+    for rel in order:
+        full = os.path.join(root, rel)
+        out.append(CorpusFile(keys[rel], display_path(rel), Path(full), full))
+    return out
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]+")

@@ -125,6 +125,10 @@ def check_partition_key(key: str) -> str:
     return key
 
 
+# what follows a document's key in the names of its files (the first that matches, longest first)
+_DOC_FILE_SUFFIX = r"(\.entities\.parquet|\.relations\.parquet|\.parquet|\.json)$"
+
+
 class Store:
     def __init__(self, paths: Paths):
         self.paths = paths.ensure()
@@ -316,21 +320,17 @@ class Store:
     def remove_orphans(self, live_keys: set[str]) -> int:
         """Delete per-document files of documents that are no longer partitions."""
         removed = 0
+        live = pl.Series("k", sorted(live_keys), dtype=pl.Utf8).implode()
         for asset in ("chunks", "doc_subgraph"):
             folder = self.paths.doc_dir(asset)
             if not folder.exists():
                 continue
-            for name in os.listdir(folder):  # names only: this runs on every build
-                if name.startswith("."):
-                    continue
-                key = name
-                for suffix in (".entities.parquet", ".relations.parquet", ".parquet", ".json"):
-                    if key.endswith(suffix):
-                        key = key[: -len(suffix)]
-                        break
-                if key not in live_keys:
-                    (folder / name).unlink(missing_ok=True)
-                    removed += 1
+            # names only, matched in one vectorised pass: this runs on every build, over every file
+            names = pl.DataFrame({"name": [n for n in os.listdir(folder) if not n.startswith(".")]})
+            orphans = names.filter(~pl.col("name").str.replace(_DOC_FILE_SUFFIX, "").is_in(live))["name"].to_list()
+            for name in orphans:
+                (folder / name).unlink(missing_ok=True)
+                removed += 1
         return removed
 
     # -- whole graph ----------------------------------------------------------------------------

@@ -626,3 +626,31 @@ def test_the_plan_after_a_build_reads_no_stored_outputs_again(home, corpus, inst
     _truncate(home / "tables" / "chunks" / "curie_radioactivity.md.parquet")
     plan = plan_sync(corpus, keys, store, "fast", cache=cached["files"])
     assert plan.stale == ["curie_radioactivity.md"] and reads == ["curie_radioactivity.md"]
+
+
+def test_remove_orphans_deletes_only_the_files_of_documents_no_longer_partitions(tmp_path):
+    store = Store(Paths(tmp_path).ensure())
+    files = {
+        "chunks": ["a.txt.parquet", "a.txt.json", "gone.md.parquet", "gone.md.json", "x.json.parquet", ".hidden"],
+        "doc_subgraph": [
+            "a.txt.entities.parquet",
+            "a.txt.relations.parquet",
+            "a.txt.json",
+            "gone.md.entities.parquet",
+            "gone.md.relations.parquet",
+            "gone.md.json",
+            "x.json.json",
+        ],
+    }
+    for asset, names in files.items():
+        folder = store.paths.doc_dir(asset)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (folder / name).write_text("x")
+    assert store.remove_orphans({"a.txt", "x.json"}) == 5
+    left = {asset: sorted(os.listdir(store.paths.doc_dir(asset))) for asset in files}
+    assert left == {
+        "chunks": [".hidden", "a.txt.json", "a.txt.parquet", "x.json.parquet"],
+        "doc_subgraph": ["a.txt.entities.parquet", "a.txt.json", "a.txt.relations.parquet", "x.json.json"],
+    }
+    assert store.remove_orphans({"a.txt", "x.json"}) == 0

@@ -1210,9 +1210,21 @@ def main(argv: list[str] | None = None) -> int:
         _REMOTE.clear()
 
 
+def relax_garbage_collection() -> None:
+    """Collect cycles less often in the CLI process. A build holds many long-lived objects (the
+    definitions, the corpus plan of every document, the instance's records); Python's default
+    thresholds walked them thousands of times per update: 1.5 s of a 13 s one-document update at
+    25,000 documents, 0.25 s with these. The tables themselves live in polars and DuckDB, not in
+    Python objects, so memory barely changes."""
+    import gc
+
+    gc.set_threshold(200_000, 50, 1000)
+
+
 def run() -> None:
     """The console entry point. A build stopped by a signal leaves at once: worker threads may still
     wait on an LLM answer that nobody needs (every output is written whole or not at all)."""
+    relax_garbage_collection()
     code = main()
     if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
         sys.stdout.flush()

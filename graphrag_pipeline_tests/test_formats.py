@@ -400,7 +400,10 @@ def test_a_home_written_before_page_columns_reads_and_a_later_build_republishes(
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     meta, rows = _index_state(home)
-    assert meta["schema_version"] == 4 and meta["build_mode"] == "full" and "schema version 3" in meta["build_reason"]
+    from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION
+
+    assert meta["schema_version"] == SCHEMA_VERSION and meta["build_mode"] == "full"
+    assert f"schema version 3 -> {SCHEMA_VERSION}" in meta["build_reason"]
     assert {r[0] for r in rows} == {"engines.pdf", "plain.txt", "turing.txt"}
     assert {(r[1], r[2]) for r in rows if r[0] != "engines.pdf"} == {(None, None)}
     pdf_pages = [(r[1], r[2]) for r in rows if r[0] == "engines.pdf"]

@@ -502,6 +502,31 @@ def test_search_index_fails_on_a_missing_report_and_keeps_the_published_index(ho
     assert search_index_is_complete.check_specs and all(s.blocking for s in search_index_is_complete.check_specs)
 
 
+def test_the_cli_exits_non_zero_and_keeps_the_published_index_when_a_report_is_unreadable(home, corpus, monkeypatch):
+    """Through the CLI: an edit is built while one stored report (of a community the edit does not
+    touch) cannot be read; the index is not published over the complete one and the build fails."""
+    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    index = home / "index" / "search_index.duckdb"
+    before, meta_before = index.read_bytes(), read_meta(index)
+    victim = sorted(p.stem for p in (home / "reports").glob("*.json"))[0]
+    read_report = Store.read_report
+    monkeypatch.setattr(Store, "read_report", lambda self, cid: None if cid == victim else read_report(self, cid))
+    doc = sorted(corpus.iterdir())[0]
+    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nAda Lovelace wrote to Charles Babbage.\n", encoding="utf-8")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code != 0, out
+    assert victim in out and "no report file" in out and "build FAILED" in out, out
+    assert index.read_bytes() == before and read_meta(index) == meta_before  # the complete index stays published
+    monkeypatch.setattr(Store, "read_report", read_report)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")  # readable again: published
+    assert code == 0, out
+    assert read_meta(index)["index_version"] == meta_before["index_version"] + 1
+
+
 def test_nhop_affected_is_exact_enough_on_random_edits_and_spares_hubs_minor_edges():
     """On random graphs with random edits, every node whose paths differ is affected; and a small
     change at a hub that leaves its strongest edges alone does not mark every node that reaches it."""

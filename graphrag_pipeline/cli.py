@@ -375,7 +375,7 @@ def _code_version_stale(args: argparse.Namespace, paths: Paths, instance, defs, 
         return
     marker.unlink(missing_ok=True)
     assets = ", ".join(f"{name} {len(partitions)}" for name, partitions in by_asset.items() if partitions)
-    if getattr(args, "refresh", None) == "stale":
+    if refresh:
         wanted = set(plan.stale) | set(stale)
         plan.stale = [k for k in plan.order if k in wanted]
         _say(f"refresh: {len(stale)} documents built under other settings are processed again ({assets})")

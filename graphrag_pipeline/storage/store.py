@@ -125,10 +125,6 @@ def check_partition_key(key: str) -> str:
     return key
 
 
-# what follows a document's key in the names of its files (the first that matches, longest first)
-_DOC_FILE_SUFFIX = r"(\.entities\.parquet|\.relations\.parquet|\.parquet|\.json)$"
-
-
 class Store:
     def __init__(self, paths: Paths):
         self.paths = paths.ensure()
@@ -321,13 +317,17 @@ class Store:
         """Delete per-document files of documents that are no longer partitions."""
         removed = 0
         live = pl.Series("k", sorted(live_keys), dtype=pl.Utf8).implode()
+        # what follows a document's key in the names of its files: its info file and DOC_TABLES' tables
+        # (the longest first, so `.entities.parquet` is not read as a key ending in `.entities`)
+        suffixes = sorted({".json", *(x for tables in DOC_TABLES.values() for x in tables)}, key=len, reverse=True)
+        suffix = "(" + "|".join(re.escape(x) for x in suffixes) + ")$"
         for asset in ("chunks", "doc_subgraph"):
             folder = self.paths.doc_dir(asset)
             if not folder.exists():
                 continue
             # names only, matched in one vectorised pass: this runs on every build, over every file
             names = pl.DataFrame({"name": [n for n in os.listdir(folder) if not n.startswith(".")]})
-            orphans = names.filter(~pl.col("name").str.replace(_DOC_FILE_SUFFIX, "").is_in(live))["name"].to_list()
+            orphans = names.filter(~pl.col("name").str.replace(suffix, "").is_in(live))["name"].to_list()
             for name in orphans:
                 (folder / name).unlink(missing_ok=True)
                 removed += 1

@@ -565,6 +565,15 @@ def test_nhop_affected_is_exact_enough_on_random_edits_and_spares_hubs_minor_edg
         g_old, g_new = group(nhop_paths(before)), group(nhop_paths(after))
         differ = {k for k in set(g_old) | set(g_new) if g_old.get(k) != g_new.get(k)}
         assert differ <= affected, (trial, differ - affected)
+        # as the publish calls it: the endpoints of every relation that differs in any column (here
+        # with random extra nodes, as a description-only change adds) and only the old edges touching them
+        ends = set(before.join(after, on=["source_key", "target_key", "weight"], how="anti")["source_key"])
+        ends |= set(before.join(after, on=["source_key", "target_key", "weight"], how="anti")["target_key"])
+        ends |= set(after.join(before, on=["source_key", "target_key", "weight"], how="anti")["source_key"])
+        ends |= set(after.join(before, on=["source_key", "target_key", "weight"], how="anti")["target_key"])
+        touched = ends | set(rng.sample(names, 2))
+        near = before.filter(pl.col("source_key").is_in(touched) | pl.col("target_key").is_in(touched))
+        assert nhop_affected(near, after, touched=touched) >= affected, trial
         local = nhop_paths(after, only=sorted(affected)) if affected else None
         if local is not None:
             assert local.equals(nhop_paths(after).filter(pl.col("entity_key").is_in(sorted(affected))))

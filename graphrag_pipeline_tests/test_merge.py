@@ -397,6 +397,59 @@ def test_incremental_merge_equals_a_full_merge(tmp_path):
     assert pl.read_parquet(next((tmp_path / "graph").glob("mentions.nodes.*.parquet"))).height == full.nodes.height
 
 
+def test_incremental_merge_equals_a_full_merge_over_random_edit_sequences(tmp_path):
+    """Edits that rename entities (another surface form becomes the most frequent), make keys
+    appear and vanish (and with them relations dropped for a missing end), remove and add
+    documents: after every step the incremental merge equals a full merge, dropped count included."""
+    import random
+
+    from graphrag_pipeline.graph.mentions import update_merged_graph
+    from graphrag_pipeline.graph.merge import merge_subgraphs
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    rng = random.Random(11)
+    store = Store(Paths(tmp_path))
+    base = [f"name{i}" for i in range(25)]
+    forms = {b: [b, b.upper(), b.capitalize()] for b in base}
+    rare = [f"rare{i}" for i in range(12)]
+
+    def write(doc: str) -> None:
+        names = [rng.choice(forms[b]) for b in rng.sample(base, rng.randint(2, 6))]
+        pairs = [tuple(rng.sample(names, 2)) for _ in range(rng.randint(1, 6))]
+        # rare names: named by few documents, so edits make them appear and vanish, while
+        # relations of other documents point at them (kept or dropped with them)
+        named_rare = rng.sample(rare, rng.randint(0, 1))
+        names += named_rare
+        pairs += [(names[0], r) for r in rng.sample(rare, 2)]
+        pairs += [(names[1], names[1])] * rng.randint(0, 1)  # a self-loop
+        ents, rels = _doc_rows(doc, [(n, f"{n} in {doc}") for n in names], pairs)
+        store.write_subgraph(doc, ents, rels, {"dropped_relations": 0})
+
+    live = [f"doc{i:03d}" for i in range(20)]
+    for d in live:
+        write(d)
+    update_merged_graph(store, live)
+    for step in range(25):
+        kind = rng.random()
+        if kind < 0.6:
+            for d in rng.sample(live, rng.randint(1, 2)):
+                write(d)
+        elif kind < 0.8 and len(live) > 3:
+            live.remove(rng.choice(live))
+        else:
+            d = f"doc{100 + step:03d}"
+            write(d)
+            live.append(d)
+        live.sort()
+        delta = update_merged_graph(store, live)
+        assert not delta.full, step
+        full = merge_subgraphs(*store.read_subgraphs(live))
+        assert delta.nodes.equals(full.nodes), step
+        assert delta.edges.equals(full.edges), step
+        assert delta.dropped_relations == full.dropped_relations, step
+
+
 def test_chunk_table_follows_changed_documents_only(tmp_path):
     import os
 

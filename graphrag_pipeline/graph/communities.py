@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import graspologic_native as gn
@@ -127,8 +128,8 @@ class _Graph:
     _frame: pl.DataFrame | None = field(default=None, repr=False)
 
     def edge_list(self) -> list[tuple[str, str, float]]:
-        k = self.keys
-        return [(k[a], k[b], float(x)) for a, b, x in zip(self.src.tolist(), self.dst.tolist(), self.w.tolist())]
+        f = self.edge_frame()
+        return list(zip(f["a"].to_list(), f["b"].to_list(), self.w.tolist()))
 
     def edge_frame(self) -> pl.DataFrame:
         """The clustered edges as a table (a, b, w, c), in the order of the edge arrays."""
@@ -302,8 +303,8 @@ def _changes(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState) -> 
         pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9)
     )
     moved = mark(structural["a"].to_list() + structural["b"].to_list())
-    was = set(prev_edges["a"].to_list()) | set(prev_edges["b"].to_list())
-    moved |= g.mask & ~mark(list(was))
+    was = pl.concat([prev_edges["a"], prev_edges["b"]]).unique()
+    moved |= g.mask & ~mark(was.to_list())
     touched = moved.copy()
     if previous.hash_scheme != HASH_SCHEME or previous.nodes.height == 0:
         touched[:] = True
@@ -775,17 +776,22 @@ def update_communities(
         clusters = _clusters_from_structure(remembered, index)
         if clusters is not None:
             metrics["source"] = "memo (this graph was clustered before)"
-    _, fresh_labels = gn.leiden(edge_list, seed=seed)
+    # the quality guard's fresh Leiden runs beside the frontier update (graspologic's Rust core
+    # releases the GIL: on two cores the update no longer waits for it)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fresh-leiden") as pool:
+        fresh_run = pool.submit(gn.leiden, edge_list, seed=seed)
+        prev, touched = None, None
+        if clusters is None and reason is None:
+            prev = _previous_hierarchy(previous.table, g)
+            affected, touched = _changes(g, node_hashes, previous)
+            clusters, stats = _update_hierarchy(g, prev, affected, max_cluster_size=max_cluster_size, seed=seed)
+            metrics.update(stats, source="frontier update", affected_nodes=int(affected.sum()))
+        _, fresh_labels = fresh_run.result()
     # scored on the CSR graph, as the kept partition is (not by handing the edge list to Rust again)
     fresh_at = np.full(len(g.keys), -1, dtype=np.int64)
     fresh_at[[index[k] for k in fresh_labels]] = list(fresh_labels.values())
     fresh_quality = modularity(g.csr, g.mask, fresh_at)
-    prev, touched = None, None
-    if clusters is None and reason is None:
-        prev = _previous_hierarchy(previous.table, g)
-        affected, touched = _changes(g, node_hashes, previous)
-        clusters, stats = _update_hierarchy(g, prev, affected, max_cluster_size=max_cluster_size, seed=seed)
-        metrics.update(stats, source="frontier update", affected_nodes=int(affected.sum()))
+    if prev is not None:
         kept_quality = _top_modularity(g, clusters)
         if kept_quality < quality_floor * fresh_quality:
             reason = (

@@ -8,9 +8,12 @@ previous build, published together as one bundle (see `storage.ParquetBundle`):
 
 - a document whose subgraph files changed (size or modification time), appeared or vanished has
   its old rows taken out of its shard and its new rows put in; only those shards are rewritten;
-- the entity keys those rows mention are the affected keys; their nodes, and the edges touching
-  them, are merged again from all their rows (of every document); every other node and edge is
-  the previous build's (`merge.merge_affected`, equal to a full merge by construction and test);
+- the entity keys those rows mention are the affected keys; their nodes are merged again from
+  all their rows (of every document); edges are merged again only for the pairs those documents
+  mention (before or after the change) and around keys that appeared, vanished or were renamed:
+  a hub named by the changed document does not bring back its thousands of edges. Every other
+  node and edge is the previous build's (`merge.merge_changed`, equal to a full merge by
+  construction and by test over random edit sequences);
 - degree and PageRank are recomputed over the whole graph (a sparse power iteration: milliseconds).
 
 Without a usable bundle (first build, or files damaged) everything is merged from the
@@ -27,8 +30,15 @@ from pathlib import Path
 import polars as pl
 
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
-from graphrag_pipeline.graph.merge import _merge_edges, _merge_nodes, dropped_relations, merge_affected
-from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.graph.merge import (
+    _merge_edges,
+    _merge_nodes,
+    dropped_relations,
+    merge_changed,
+    pair_key,
+    renamed_keys,
+)
+from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_nodes, with_metrics
 from graphrag_pipeline.storage.files import ParquetBundle
 from graphrag_pipeline.storage.store import CHUNK_ROWS
 
@@ -137,24 +147,47 @@ def _update(
             shards[name] = pl.concat([old.filter(~pl.col("doc_id").is_in(gone)), add])
     k = pl.Series("k", sorted(affected), dtype=pl.Utf8).implode()
     ents = _scan(bundle, manifest, shards, "entities", pl.col("key").is_in(k)).select(list(ENTITY_ROWS))
-    touching = pl.col("source_key").is_in(k) | pl.col("target_key").is_in(k)
+    merged = _merge_nodes(ents) if ents.height else empty_nodes()
+    # an edge is merged again only when the changed documents mention its pair (before or after)
+    # or when one of its ends appeared, vanished or was renamed; every other edge is the previous one
+    renamed = renamed_keys(nodes, merged, affected)
+    flipped = set(nodes.filter(pl.col("key").is_in(k))["key"].to_list()) ^ set(merged["key"].to_list())
+    old_rows = [f.filter(pl.col("doc_id").is_in(gone)) for n, f in old_shards.items() if n.startswith("relations-")]
+    gone_rels = pl.concat(old_rows, how="vertical_relaxed").select(list(RELATION_ROWS))
+    changed_rels = new_relations.drop("_shard").select(list(RELATION_ROWS)).cast(gone_rels.schema)
+    pair_rows = pl.concat(
+        [gone_rels.select("source_key", "target_key"), changed_rels.select("source_key", "target_key")]
+    )
+    pairs = set(pair_rows.select(pair_key().alias("pair"))["pair"].to_list())
+    ends = pl.Series("e", sorted(set(pair_rows["source_key"]) | set(pair_rows["target_key"])), dtype=pl.Utf8).implode()
+    moved = pl.Series("m", sorted(renamed), dtype=pl.Utf8).implode()
+    by_moved = pl.col("source_key").is_in(moved) | pl.col("target_key").is_in(moved)
+    # a cheap test on the stored rows first, then the exact one on what it lets through
+    coarse = (pl.col("source_key").is_in(ends) & pl.col("target_key").is_in(ends)) | by_moved
+    exact = by_moved | pair_key().is_in(pl.Series("p", sorted(pairs), dtype=pl.Utf8).implode())
     # the shards not rewritten are read once: their rows are the same before and after
-    kept_rels = _scan(bundle, manifest, shards, "relations", touching, rewritten=False)
-    rels = pl.concat(
-        [kept_rels, _scan(bundle, manifest, shards, "relations", touching, on_disk=False)], how="vertical_relaxed"
+    near = pl.concat(
+        [
+            _scan(bundle, manifest, shards, "relations", coarse, rewritten=False),
+            _scan(bundle, manifest, shards, "relations", coarse, on_disk=False),
+        ],
+        how="vertical_relaxed",
     ).select(list(RELATION_ROWS))
-    # rows touching an affected key are the only ones whose fate (kept or dropped) can change
-    old_rels = pl.concat(
-        [kept_rels, _scan(bundle, manifest, old_shards, "relations", touching, on_disk=False)], how="vertical_relaxed"
+    rels = near.filter(exact)
+    # relation rows whose fate (kept or dropped) can change: the changed documents' rows, and the
+    # rows of other documents that touch a key which appeared or vanished
+    f = pl.Series("f", sorted(flipped), dtype=pl.Utf8).implode()
+    others = near.filter(
+        (pl.col("source_key").is_in(f) | pl.col("target_key").is_in(f)) & ~pl.col("doc_id").is_in(gone)
     )
-    dropped = (
-        int(manifest["merge_dropped"]) - dropped_relations(old_rels, nodes.select("key"))
-        if old_rels.height
-        else int(manifest["merge_dropped"])
-    )
-    nodes, edges = merge_affected(nodes, edges, ents, rels, affected)
+    old_nodes = nodes.select("key")
+    nodes, edges = merge_changed(nodes, edges, merged, rels, affected, pairs, renamed)
     nodes = with_metrics(nodes, edges)
-    dropped += dropped_relations(rels, nodes.select("key"))
+    dropped = (
+        int(manifest["merge_dropped"])
+        - dropped_relations(pl.concat([gone_rels, others], how="vertical_relaxed"), old_nodes)
+        + dropped_relations(pl.concat([changed_rels, others], how="vertical_relaxed"), nodes.select("key"))
+    )
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
     )

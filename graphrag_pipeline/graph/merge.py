@@ -123,30 +123,64 @@ def merge_subgraphs(entities: pl.DataFrame, relations: pl.DataFrame) -> MergeRes
     return MergeResult(with_metrics(nodes, edges), edges, dropped)
 
 
-def merge_affected(
+PAIR_SEP = "\x1f"
+
+
+def pair_key(a: str = "source_key", b: str = "target_key") -> pl.Expr:
+    """The unordered pair of two key columns as one string (the edge it merges into)."""
+    return pl.concat_str(pl.min_horizontal(a, b), pl.max_horizontal(a, b), separator=PAIR_SEP)
+
+
+def renamed_keys(previous_nodes: pl.DataFrame, merged: pl.DataFrame, affected: set[str]) -> set[str]:
+    """Of the `affected` keys, those whose node appeared, vanished or changed its display name
+    (`merged`: the affected keys' nodes merged again)."""
+    keys = pl.Series("key", sorted(affected), dtype=pl.Utf8).implode()
+    before = set(previous_nodes.filter(pl.col("key").is_in(keys)).select("key", "name").iter_rows())
+    after = set(merged.select("key", "name").iter_rows())
+    return {key for key, _ in before ^ after}
+
+
+def merge_changed(
     previous_nodes: pl.DataFrame,
     previous_edges: pl.DataFrame,
-    entities: pl.DataFrame,
+    merged: pl.DataFrame,
     relations: pl.DataFrame,
     affected: set[str],
+    pairs: set[str],
+    renamed: set[str],
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The merged graph after a change that touched only the entity keys `affected`.
-
-    `entities` and `relations` are ALL the mention rows (of every document) of the affected keys:
-    entity rows with such a key, relation rows with such an endpoint. Every other node and edge is
-    taken from the previous merge unchanged; the result equals a full merge (degree and pagerank
-    are not computed here)."""
+    """The merged graph after a change that touched only the entity keys `affected`. `merged`:
+    the nodes of those keys merged again from all their entity rows (of every document); every
+    other node is the previous one. An edge depends only on its own mention rows and on
+    the existence and display names of its two ends, so only the edges of `pairs` (pair_key
+    strings: the pairs the changed documents mention, before or after) and the edges touching
+    `renamed` (renamed_keys) are merged again; `relations` must hold every mention row of those
+    pairs and keys. The result equals a full merge (degree and pagerank are not computed here)."""
     keys = pl.Series("key", sorted(affected), dtype=pl.Utf8).implode()
     nodes = pl.concat(
         [
             previous_nodes.filter(~pl.col("key").is_in(keys)).select(list(NODE_SCHEMA)).cast(NODE_SCHEMA),
-            _merge_nodes(entities) if entities.height else empty_nodes(),
+            merged.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA),
         ]
     ).sort("key")
-    touched = pl.col("source_key").is_in(keys) | pl.col("target_key").is_in(keys)
+    moved = pl.Series("key", sorted(renamed), dtype=pl.Utf8).implode()
+    split = [p.split(PAIR_SEP) for p in sorted(pairs)]
+    wanted = pl.DataFrame(
+        {"source_key": [a for a, _ in split], "target_key": [b for _, b in split]},
+        schema={"source_key": pl.Utf8, "target_key": pl.Utf8},
+    )
+    by_moved = pl.col("source_key").is_in(moved) | pl.col("target_key").is_in(moved)
     fresh, _ = _merge_edges(relations, nodes) if relations.height else (empty_edges(), 0)
+    # stored edges are in canonical order (source_key < target_key), as the pairs are
+    kept = previous_edges.filter(~by_moved).join(wanted, on=["source_key", "target_key"], how="anti")
+    redone = fresh.filter(
+        by_moved
+        | pl.concat_str("source_key", "target_key", separator=PAIR_SEP).is_in(
+            pl.Series("p", sorted(pairs), dtype=pl.Utf8).implode()
+        )
+    )
     edges = pl.concat(
-        [previous_edges.filter(~touched).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), fresh.filter(touched)]
+        [kept.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), redone.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA)]
     ).sort("source_key", "target_key")
     return nodes, edges
 

@@ -501,9 +501,23 @@ def _compare(
     plans: dict[str, _TablePlan] = {}
     for table in ("entities", "relations", "community_reports", "chunks", "ty2ents"):
         plans[table] = _plan_table(con, table, rows.get(table), old_counts[table])
-    # n-hop paths: re-computed only around edges that were added, removed or re-weighted
-    old_edges = con.sql("SELECT source_key, target_key, weight FROM relations").pl()
-    affected = sorted(nhop_affected(old_edges, edges))
+    # n-hop paths: re-computed only around edges that were added, removed or re-weighted (the
+    # relations that differ in any column: a superset); of the published relations only those
+    # touching their endpoints are read
+    changed = plans["relations"].changed
+    touched = pl.concat([changed["source_key"], changed["target_key"]]).unique().sort()
+    if touched.len():
+        con.register("_touched", pl.DataFrame({"k": touched}).to_arrow())
+        try:
+            old_edges = con.sql(
+                "SELECT source_key, target_key, weight FROM relations "
+                "WHERE source_key IN (SELECT k FROM _touched) OR target_key IN (SELECT k FROM _touched)"
+            ).pl()
+        finally:
+            con.unregister("_touched")
+        affected = sorted(nhop_affected(old_edges, edges, touched=touched.to_list()))
+    else:
+        affected = []
     only = pl.DataFrame({"entity_key": affected}, schema={"entity_key": pl.Utf8})
     local = nhop_paths(edges, only=affected) if affected else pl.DataFrame(schema=NHOP_SCHEMA)
     plans["nhop"] = _plan_table(con, "nhop", with_hash("nhop", local), old_counts["nhop"], only=only)

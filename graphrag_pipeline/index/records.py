@@ -265,8 +265,12 @@ def _ranked_ends(edges: pl.DataFrame) -> pl.DataFrame:
     return _both_ways(edges).sort(**_RANK)
 
 
-def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:
+def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterable[str] | None = None) -> set[str]:
     """The nodes whose n-hop paths may differ between two edge sets (columns source_key, target_key, weight).
+
+    touched: when the caller knows them, the endpoints of every edge added, removed or changed (a
+    superset is fine: it only costs paths computed again to the same rows); `old_edges` then needs
+    only the old edges touching those nodes.
 
     A node Y's paths read its own strongest NHOP_MAX_NEIGHBOURS edges (first hops) and, for each
     first hop X, X's strongest NHOP_MAX_SECOND + 1 edges (second hops). So they can change only
@@ -277,10 +281,13 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame) -> set[str]:
     cols = ["source_key", "target_key", "weight"]
     a = old_edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
     b = edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
-    changed = pl.concat(
-        [a.join(b, on=cols, how="anti", nulls_equal=True), b.join(a, on=cols, how="anti", nulls_equal=True)]
-    )
-    touched = set(changed["source_key"].to_list()) | set(changed["target_key"].to_list())
+    if touched is None:
+        changed = pl.concat(
+            [a.join(b, on=cols, how="anti", nulls_equal=True), b.join(a, on=cols, how="anti", nulls_equal=True)]
+        )
+        touched = set(changed["source_key"].to_list()) | set(changed["target_key"].to_list())
+    else:
+        touched = set(touched)
     if not touched:
         return set()
     x = pl.Series("k", sorted(touched), dtype=pl.Utf8).implode()

@@ -585,3 +585,58 @@ def test_nhop_affected_is_exact_enough_on_random_edits_and_spares_hubs_minor_edg
     bumped[("s00", "s01")] = 2.0
     affected = nhop_affected(edges_of(hub), edges_of(bumped))
     assert affected == {"s00", "s01"}  # the hub's strongest edges did not change: nobody else moves
+
+
+def test_report_documents_from_the_memo_equal_a_full_computation_over_random_edits():
+    """The reports' documents taken from the memo where the members' documents did not change are
+    exactly those computed for every report, step after step of random edits (members' documents
+    added and removed, members moving between communities, a document losing its chunks); and the
+    memo is really used: after one node changes, only the reports holding it are ranked again."""
+    import random
+
+    from graphrag_pipeline.index.records import SourcesMemo, _report_rows
+    from graphrag_pipeline.reports.offline import CommunityReport
+
+    rng = random.Random(5)
+    docs = [f"d{i:03d}" for i in range(40)]
+    keys = [f"k{i:02d}" for i in range(30)]
+    node_docs = {k: sorted(rng.sample(docs, rng.randint(1, 8))) for k in keys}
+    comms = {f"c{i}": sorted(rng.sample(keys, rng.randint(2, 9))) for i in range(8)}
+    comms["top"] = list(keys)
+
+    def frames(chunked: list[str]):
+        nodes = pl.DataFrame(
+            {"key": keys, "name": [k.upper() for k in keys], "doc_ids": [node_docs[k] for k in keys]},
+            schema={"key": pl.Utf8, "name": pl.Utf8, "doc_ids": pl.List(pl.Utf8)},
+        )
+        communities = pl.DataFrame(
+            {"community_id": list(comms), "nodes": list(comms.values()), "weight": [1.0] * len(comms)},
+            schema={"community_id": pl.Utf8, "nodes": pl.List(pl.Utf8), "weight": pl.Float64},
+        )
+        chunks = pl.DataFrame({"doc_id": chunked, "doc": [f"corpus/{d}.txt" for d in chunked]})
+        reports = [CommunityReport(c, 0, f"title {c}", "summary", 5.0, "why") for c in comms]
+        return reports, communities, nodes, chunks
+
+    memo = SourcesMemo()
+    for step in range(30):
+        kind = rng.random()
+        if kind < 0.4:
+            k = rng.choice(keys)
+            node_docs[k] = sorted(set(node_docs[k]) ^ {rng.choice(docs)}) or [docs[0]]
+        elif kind < 0.7:
+            c = rng.choice([c for c in comms if c != "top"])
+            comms[c] = sorted(set(comms[c]) ^ {rng.choice(keys)}) or [keys[0]]
+        chunked = docs if step % 7 else docs[1:]  # now and then a named document has no chunks
+        args = frames(chunked)
+        assert _report_rows(*args, sources=memo).equals(_report_rows(*args)), step
+    assert memo.table is not None and memo.table.height == len(comms)
+
+    # one node gains a document; the memo's documents are marked, so a report taken from it shows
+    k = keys[3]
+    holding = {c for c, m in comms.items() if k in m}
+    node_docs[k] = sorted(set(node_docs[k]) | {docs[-1]})
+    memo.table = memo.table.with_columns(pl.lit(["from the memo"]).alias("documents"))
+    args = frames(docs)
+    rows = _report_rows(*args, sources=memo)
+    from_memo = set(rows.filter(pl.col("documents") == ["from the memo"])["community_id"].to_list())
+    assert from_memo == set(comms) - holding and holding

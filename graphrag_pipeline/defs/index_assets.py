@@ -16,7 +16,7 @@ from graphrag_pipeline.graph.mentions import all_chunks
 from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
-from graphrag_pipeline.index.records import build_index_rows, collect_reports
+from graphrag_pipeline.index.records import SourcesMemo, build_index_rows, collect_reports
 from graphrag_pipeline.storage.store import MissingInputError
 
 
@@ -108,6 +108,8 @@ def search_index(
     started = time.perf_counter()
     nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "search_index")
     embedder = _embedder(settings, llm)
+    store = settings.store()
+    sources = SourcesMemo(store.read_report_sources("search_index"))
     inputs_seconds = time.perf_counter() - started
     try:
         result = publish_index(
@@ -121,9 +123,11 @@ def search_index(
             {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
             full_rebuild=config.full_rebuild,
             log=context.log.info,
+            sources=sources,
         )
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
+    store.write_report_sources("search_index", sources.table)
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
     seconds = time.perf_counter() - started
@@ -187,7 +191,12 @@ def elasticsearch_index(
     started = time.perf_counter()
     nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "elasticsearch_index")
     embedder = _embedder(settings, llm)
-    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False)  # paths: where edges changed
+    store = settings.store()
+    sources = SourcesMemo(store.read_report_sources("elasticsearch_index"))
+    rows = build_index_rows(
+        nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources
+    )  # paths: where edges changed
+    store.write_report_sources("elasticsearch_index", sources.table)
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:

@@ -49,6 +49,7 @@ from graphrag_pipeline.index.records import (
     TABLES,
     VECTOR_TABLES,
     IndexTables,
+    SourcesMemo,
     add_vectors,
     build_index_rows,
     embed_texts,
@@ -549,11 +550,13 @@ def publish_index(
     full_rebuild: bool = False,
     max_fraction: float = MAX_DELTA_FRACTION,
     log=None,
+    sources: SourcesMemo | None = None,
 ) -> PublishResult:
     """Publish the index of these inputs at `target`, by delta when the published index allows it.
 
     Raises IncompleteIndexError (nothing published, the old index untouched) when the result would
-    not cover the graph; see the module docstring for the rest."""
+    not cover the graph; see the module docstring for the rest. sources: the reports' documents as
+    last computed (records.SourcesMemo), reused where their members' documents did not change."""
     started = time.perf_counter()
     phases: dict[str, float] = {}
     clock = [started]
@@ -565,7 +568,7 @@ def publish_index(
 
     target = Path(target)
     say = log or (lambda msg: None)
-    rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False)
+    rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
     prev = read_meta(target)
     base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
     lap("records")

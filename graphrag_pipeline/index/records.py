@@ -336,8 +336,100 @@ def collect_reports(
     return reports, missing
 
 
+SOURCES_MEMO_SCHEMA = {"community_id": pl.Utf8, "signature": pl.UInt64, "documents": pl.List(pl.Utf8)}
+
+
+@dataclass
+class SourcesMemo:
+    """The documents of each report as last computed, under a signature of what they depend on
+    (the members and the document ids of each member). A report whose signature is unchanged
+    takes its documents from here: at 50,000 documents, ranking the documents of every report
+    again counts millions of (member, document) pairs, while an edit changes the members'
+    documents of a few reports. `table` is read before and replaced by each build of the rows."""
+
+    table: pl.DataFrame | None = None
+
+
+def _report_documents(
+    out: pl.DataFrame, nodes: pl.DataFrame, chunks: pl.DataFrame | None, sources: SourcesMemo | None
+) -> pl.DataFrame:
+    """Per report row (`_i`), its `documents` (see _report_rows), reusing `sources` where it can."""
+    paths = (
+        chunks.select("doc_id", "doc").unique("doc_id", keep="first")
+        if chunks is not None and chunks.height
+        else pl.DataFrame(schema={"doc_id": pl.Utf8, "doc": pl.Utf8})
+    )
+    latest = nodes.select("key", "doc_ids").unique("key", keep="last")
+    member_rows = out.select("_i", pl.col("entity_keys").alias("key")).explode("key").drop_nulls("key")
+    todo = out.select("_i")
+    signed = None
+    if sources is not None:
+        # a document id stands for one corpus path; the memo is exact only while every document a
+        # node names has chunks (otherwise the inner join below drops it): then all is computed
+        named = latest.select(pl.col("doc_ids").explode().drop_nulls().unique())
+        if named.join(paths.select(pl.col("doc_id").alias("doc_ids")), on="doc_ids", how="anti").height == 0:
+            node_sig = latest.select("key", pl.struct("key", "doc_ids").hash(_SEED).alias("h"))
+            signed = (
+                member_rows.join(node_sig, on="key", how="left")
+                .with_columns(pl.col("h").fill_null(pl.col("key").hash(_SEED)))
+                .group_by("_i")
+                .agg(pl.col("h").sort())
+                .select("_i", pl.col("h").hash(_SEED).alias("signature"))
+            )
+            signed = out.select("_i", "community_id").join(signed, on="_i", how="left")
+            signed = signed.with_columns(pl.col("signature").fill_null(0))
+            known = sources.table
+            if known is not None and known.height:
+                hits = signed.join(known, on=["community_id", "signature"], how="inner").unique("_i")
+                todo = todo.join(hits.select("_i"), on="_i", how="anti")
+            else:
+                hits = None
+    # documents numbered in path order, so the counting, ranking and ties run on integers: a report
+    # of a top-level community counts hundreds of thousands of (member, document) pairs at 50,000 documents
+    numbered = paths.sort("doc", "doc_id").with_row_index("_d")
+    members = member_rows.join(todo, on="_i", how="semi")
+    node_docs = (
+        latest.join(members.select("key").unique(), on="key", how="semi")
+        .explode("doc_ids")
+        .drop_nulls("doc_ids")
+        .join(numbered.select(pl.col("doc_id").alias("doc_ids"), "_d"), on="doc_ids", how="inner")
+        .select("key", "_d")
+    )
+    fresh = (
+        members.join(node_docs, on="key", how="inner")
+        .group_by("_i", "_d")
+        .agg(pl.len().alias("n"))
+        .group_by("_i")  # ranked within each report (a sort of every pair cost 8x more)
+        .agg(pl.col("_d").sort_by(["n", "_d"], descending=[True, False]).head(REPORT_MAX_DOCUMENTS))
+        .explode("_d")
+        .join(numbered.select("_d", "doc"), on="_d", how="left", maintain_order="left")
+        .group_by("_i", maintain_order=True)
+        .agg(pl.col("doc").alias("documents"))
+    )
+    fresh = todo.join(fresh, on="_i", how="left").with_columns(
+        pl.col("documents").fill_null(pl.lit([], dtype=pl.List(pl.Utf8)))
+    )
+    documents = fresh.cast({"documents": pl.List(pl.Utf8)})
+    if signed is not None:
+        if hits is not None and hits.height:
+            documents = pl.concat([documents, hits.select("_i", pl.col("documents").cast(pl.List(pl.Utf8)))])
+        sources.table = (
+            signed.join(documents, on="_i", how="left")
+            .select(list(SOURCES_MEMO_SCHEMA))
+            .cast(SOURCES_MEMO_SCHEMA)
+            .unique(["community_id", "signature"], keep="first")
+        )
+    elif sources is not None:
+        sources.table = None
+    return documents
+
+
 def _report_rows(
-    reports: list[CommunityReport], communities: pl.DataFrame, nodes: pl.DataFrame, chunks: pl.DataFrame | None = None
+    reports: list[CommunityReport],
+    communities: pl.DataFrame,
+    nodes: pl.DataFrame,
+    chunks: pl.DataFrame | None = None,
+    sources: SourcesMemo | None = None,
 ) -> pl.DataFrame:
     """One row per report: its text, the community's members (keys and names), weight and documents
     (corpus paths of the members' documents, most members first, at most REPORT_MAX_DOCUMENTS).
@@ -384,36 +476,7 @@ def _report_rows(
         .agg(pl.coalesce("name", "key").alias("entity_names"))
     )
     empty = pl.lit([], dtype=pl.List(pl.Utf8))
-    paths = (
-        chunks.select("doc_id", "doc").unique("doc_id", keep="first")
-        if chunks is not None and chunks.height
-        else pl.DataFrame(schema={"doc_id": pl.Utf8, "doc": pl.Utf8})
-    )
-    # documents numbered in path order, so the counting, ranking and ties run on integers: a report
-    # of a top-level community counts hundreds of thousands of (member, document) pairs at 50,000 documents
-    numbered = paths.sort("doc", "doc_id").with_row_index("_d")
-    node_docs = (
-        nodes.select("key", "doc_ids")
-        .unique("key", keep="last")
-        .explode("doc_ids")
-        .drop_nulls("doc_ids")
-        .join(numbered.select(pl.col("doc_id").alias("doc_ids"), "_d"), on="doc_ids", how="inner")
-        .select("key", "_d")
-    )
-    documents = (
-        out.select("_i", pl.col("entity_keys").alias("key"))
-        .explode("key")
-        .drop_nulls("key")
-        .join(node_docs, on="key", how="inner")
-        .group_by("_i", "_d")
-        .agg(pl.len().alias("n"))
-        .group_by("_i")  # ranked within each report (a sort of every pair cost 8x more)
-        .agg(pl.col("_d").sort_by(["n", "_d"], descending=[True, False]).head(REPORT_MAX_DOCUMENTS))
-        .explode("_d")
-        .join(numbered.select("_d", "doc"), on="_d", how="left", maintain_order="left")
-        .group_by("_i", maintain_order=True)
-        .agg(pl.col("doc").alias("documents"))
-    )
+    documents = _report_documents(out, nodes, chunks, sources)
     out = (
         out.join(members, on="_i", how="left", maintain_order="left")
         .join(documents, on="_i", how="left", maintain_order="left")
@@ -443,11 +506,13 @@ def build_index_rows(
     reports: list[CommunityReport],
     chunks: pl.DataFrame,
     nhop: bool = True,
+    sources: SourcesMemo | None = None,
 ) -> IndexTables:
     """Every record of the index with its row_hash but WITHOUT vectors (cheap; see add_vectors).
 
     chunks: chunk_id, doc_id, doc (relative path), position, text.
-    nhop=False leaves the nhop table empty (a delta publish computes only the paths that can change)."""
+    nhop=False leaves the nhop table empty (a delta publish computes only the paths that can change).
+    sources: the reports' documents as last computed (SourcesMemo), reused and brought up to date."""
     # an entity's communities are not part of its record: the report rows list their members, and a
     # community that gains one member takes a new id, which would rewrite the record of every member
     # (thousands in a top-level community) after a one-paragraph edit
@@ -466,7 +531,7 @@ def build_index_rows(
     )
     relations = edges.select(*COLUMNS["relations"])
 
-    reports_df = _report_rows(reports, communities, nodes, chunks)
+    reports_df = _report_rows(reports, communities, nodes, chunks, sources)
     chunk_df = _with_pages(chunks).select(*COLUMNS["chunks"])
     nhop_df = nhop_paths(edges) if nhop else pl.DataFrame(schema=NHOP_SCHEMA)
     ty2ents = (

@@ -462,6 +462,22 @@ class Store:
         except (OSError, pl.exceptions.PolarsError):
             return None
 
+    # the documents of each report under the signature of what they depend on (index/records.py
+    # SourcesMemo): a cache the index stages read and replace; damaged or missing, it is rebuilt
+    def read_report_sources(self, asset: str) -> pl.DataFrame | None:
+        path = self.paths.graph_dir / f"report-sources.{asset}.parquet"
+        try:
+            return pl.read_parquet(path) if path.exists() else None
+        except (OSError, pl.exceptions.PolarsError):
+            return None
+
+    def write_report_sources(self, asset: str, table: pl.DataFrame | None) -> None:
+        path = self.paths.graph_dir / f"report-sources.{asset}.parquet"
+        if table is None:
+            path.unlink(missing_ok=True)
+        else:
+            write_parquet(table, path)
+
     def read_communities(self) -> pl.DataFrame:
         path = self.paths.graph_dir / "communities.parquet"
         if not path.exists():

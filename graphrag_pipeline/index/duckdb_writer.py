@@ -372,6 +372,10 @@ def _key_cols(table: str) -> list[str]:
     return list(KEYS[table])
 
 
+# tables whose published keys are unique (index_completeness refuses to publish duplicates)
+_UNIQUE_KEYS = ("entities", "relations", "community_reports")
+
+
 def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None = None) -> pl.DataFrame:
     """Groups (by key) whose multiset of row hashes differs between `new` and the published table:
     keys, old_rows, new_rows (null where the group is absent). Reads only keys and hashes.
@@ -384,7 +388,16 @@ def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None =
         if only is not None:
             con.register("_only", only.select(keys).to_arrow())
             old_from = f"(SELECT t.* FROM {table} t SEMI JOIN _only USING ({cols}))"
-        sql = f"""
+        if table in _UNIQUE_KEYS and not new.select(keys).is_duplicated().any():
+            # one row per key on both sides: compare the hashes row to row (no lists to build)
+            sql = f"""
+                WITH n AS (SELECT {cols}, {HASH} AS h, 1 AS c FROM _new),
+                     o AS (SELECT {cols}, {HASH} AS h, 1 AS c FROM {old_from})
+                SELECT {cols}, o.c AS old_rows, n.c AS new_rows
+                FROM n FULL OUTER JOIN o USING ({cols})
+                WHERE n.h IS DISTINCT FROM o.h"""
+        else:
+            sql = f"""
             WITH n AS (SELECT {cols}, list({HASH} ORDER BY {HASH}) AS h, count(*) AS c FROM _new GROUP BY {cols}),
                  o AS (SELECT {cols}, list({HASH} ORDER BY {HASH}) AS h, count(*) AS c FROM {old_from} GROUP BY {cols})
             SELECT {cols}, o.c AS old_rows, n.c AS new_rows

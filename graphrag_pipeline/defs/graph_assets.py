@@ -56,7 +56,8 @@ def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:
     rows = (
         nodes.sort("pagerank", descending=True)
         .head(n)
-        .select("name", "type", "degree", "pagerank", "description")
+        # a hub's description joins thousands of fragments: the preview shows its start
+        .select("name", "type", "degree", "pagerank", pl.col("description").str.slice(0, 300))
         .to_dicts()
     )
     for r in rows:

@@ -16,7 +16,7 @@ from graphrag_pipeline.graph.mentions import all_chunks
 from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
-from graphrag_pipeline.index.records import SourcesMemo, build_index_rows, collect_reports
+from graphrag_pipeline.index.records import COLUMNS, SourcesMemo, build_index_rows, collect_reports
 from graphrag_pipeline.storage.store import MissingInputError
 
 
@@ -54,7 +54,8 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     """What an index is built from, read through the store: the resolved graph, the communities,
     every reportable community's report and the chunks of every document (a missing input fails)."""
     store = settings.store()
-    nodes, edges = store.read_graph("resolved_graph")
+    # the columns the records are built from (not the description fragments: half the bytes)
+    nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
     comms = store.read_communities()
     # every reportable community of the communities table needs its report file: a missing one is
     # an error, never a silently smaller index

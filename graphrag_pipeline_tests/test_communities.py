@@ -415,3 +415,18 @@ def test_cached_edge_items_give_what_computing_them_again_gives():
     pair = (pl.col("a") == min(a, b)) & (pl.col("b") == max(a, b))
     row, before = cached.state.edges.filter(pair), first.state.edges.filter(pair)
     assert row["i"].item() == before["i"].item() and row["h"].item() != before["h"].item()
+
+
+def test_degrees_within_a_mask_read_from_its_rows_equal_a_pass_over_every_edge():
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 80))
+        m = int(rng.integers(0, 300))
+        src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+        keep = src != dst
+        g = CSRGraph.from_edges(n, src[keep], dst[keep], rng.random(int(keep.sum())) * 3)
+        mask = rng.random(n) < rng.random() * 0.3  # small masks take the rows-only path
+        inside = mask[g.indices]
+        row = np.repeat(np.arange(g.n), np.diff(g.indptr))
+        want = np.where(mask, np.bincount(row[inside], weights=g.weights[inside], minlength=g.n), 0.0)
+        assert np.array_equal(g.degrees(mask), want), trial

@@ -640,3 +640,45 @@ def test_report_documents_from_the_memo_equal_a_full_computation_over_random_edi
     rows = _report_rows(*args, sources=memo)
     from_memo = set(rows.filter(pl.col("documents") == ["from the memo"])["community_id"].to_list())
     assert from_memo == set(comms) - holding and holding
+
+
+def test_report_sources_memo_is_voided_by_a_moved_path_and_read_back_only_in_its_own_layout(tmp_path):
+    from graphrag_pipeline.index.records import SourcesMemo, _report_rows
+    from graphrag_pipeline.reports.offline import CommunityReport
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    nodes = pl.DataFrame(
+        {"key": ["a", "b", "c"], "name": ["A", "B", "C"], "doc_ids": [["d1", "d2"], ["d2"], ["d3"]]},
+        schema={"key": pl.Utf8, "name": pl.Utf8, "doc_ids": pl.List(pl.Utf8)},
+    )
+    communities = pl.DataFrame(
+        {"community_id": ["c1", "c2"], "nodes": [["a", "b"], ["b", "c"]], "weight": [1.0, 1.0]},
+        schema={"community_id": pl.Utf8, "nodes": pl.List(pl.Utf8), "weight": pl.Float64},
+    )
+    reports = [CommunityReport(c, 0, f"title {c}", "summary", 5.0, "why") for c in ("c1", "c2")]
+    chunks = pl.DataFrame({"doc_id": ["d1", "d2", "d3"], "doc": ["one.txt", "two.txt", "three.txt"]})
+    memo = SourcesMemo()
+    first = _report_rows(reports, communities, nodes, chunks, memo)
+    assert first["documents"].to_list() == [["two.txt", "one.txt"], ["three.txt", "two.txt"]]
+    # the same document ids, one of them now under another path (a Unicode twin took its key)
+    moved = chunks.with_columns(
+        pl.when(pl.col("doc_id") == "d2").then(pl.lit("zwei.txt")).otherwise("doc").alias("doc")
+    )
+    again = _report_rows(reports, communities, nodes, moved, memo)
+    assert again.equals(_report_rows(reports, communities, nodes, moved))
+    assert "zwei.txt" in again["documents"].to_list()[0]
+
+    store = Store(Paths(tmp_path))
+    store.write_report_sources("search_index", memo)
+    back = store.read_report_sources("search_index")
+    assert back.table.equals(memo.table) and back.paths.equals(memo.paths)
+    assert _report_rows(reports, communities, nodes, moved, back).equals(again)
+    # a file of another layout is not used (nor does it fail the build): the lists are computed again
+    table_file = tmp_path / "graph" / "report-sources.search_index.parquet"
+    pl.DataFrame({"community_id": ["c1"], "signature": [1], "documents": [["x"]]}).write_parquet(table_file)
+    assert store.read_report_sources("search_index").table is None
+    table_file.write_bytes(b"garbage")
+    assert store.read_report_sources("search_index").table is None
+    store.write_report_sources("search_index", SourcesMemo())
+    assert not table_file.exists()

@@ -16,7 +16,7 @@ from graphrag_pipeline.graph.mentions import all_chunks
 from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
-from graphrag_pipeline.index.records import COLUMNS, SourcesMemo, build_index_rows, collect_reports
+from graphrag_pipeline.index.records import COLUMNS, build_index_rows, collect_reports
 from graphrag_pipeline.storage.store import MissingInputError
 
 
@@ -110,7 +110,7 @@ def search_index(
     nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "search_index")
     embedder = _embedder(settings, llm)
     store = settings.store()
-    sources = SourcesMemo(store.read_report_sources("search_index"))
+    sources = store.read_report_sources("search_index")
     inputs_seconds = time.perf_counter() - started
     try:
         result = publish_index(
@@ -128,7 +128,7 @@ def search_index(
         )
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
-    store.write_report_sources("search_index", sources.table)
+    store.write_report_sources("search_index", sources)
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
     seconds = time.perf_counter() - started
@@ -193,11 +193,11 @@ def elasticsearch_index(
     nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "elasticsearch_index")
     embedder = _embedder(settings, llm)
     store = settings.store()
-    sources = SourcesMemo(store.read_report_sources("elasticsearch_index"))
+    sources = store.read_report_sources("elasticsearch_index")
     rows = build_index_rows(
         nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources
     )  # paths: where edges changed
-    store.write_report_sources("elasticsearch_index", sources.table)
+    store.write_report_sources("elasticsearch_index", sources)
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:

@@ -337,17 +337,29 @@ def collect_reports(
 
 
 SOURCES_MEMO_SCHEMA = {"community_id": pl.Utf8, "signature": pl.UInt64, "documents": pl.List(pl.Utf8)}
+SOURCES_PATHS_SCHEMA = {"doc_id": pl.Utf8, "doc": pl.Utf8}
+# what a memo's lists also depend on: the cut, and the hash (polars guarantees it within a version)
+SOURCES_MEMO_SCHEME = f"documents-{REPORT_MAX_DOCUMENTS}-polars-{pl.__version__}"
 
 
 @dataclass
 class SourcesMemo:
     """The documents of each report as last computed, under a signature of what they depend on
-    (the members and the document ids of each member). A report whose signature is unchanged
-    takes its documents from here: at 50,000 documents, ranking the documents of every report
-    again counts millions of (member, document) pairs, while an edit changes the members'
-    documents of a few reports. `table` is read before and replaced by each build of the rows."""
+    (the members and the document ids of each member), with the corpus path of each document id
+    then (`paths`). A report whose signature is unchanged takes its documents from here: at
+    50,000 documents, ranking the documents of every report again counts millions of (member,
+    document) pairs, while an edit changes the members' documents of a few reports. A document
+    id whose path changed since (a Unicode twin taking the key) voids the whole memo. Both tables
+    are read before and replaced by each build of the rows."""
 
     table: pl.DataFrame | None = None
+    paths: pl.DataFrame | None = None
+
+    def usable(self, paths: pl.DataFrame) -> bool:
+        if self.table is None or self.paths is None or not self.table.height:
+            return False
+        moved = self.paths.join(paths, on="doc_id", how="inner").filter(pl.col("doc") != pl.col("doc_right"))
+        return moved.height == 0
 
 
 def _report_documents(
@@ -378,9 +390,8 @@ def _report_documents(
             )
             signed = out.select("_i", "community_id").join(signed, on="_i", how="left")
             signed = signed.with_columns(pl.col("signature").fill_null(0))
-            known = sources.table
-            if known is not None and known.height:
-                hits = signed.join(known, on=["community_id", "signature"], how="inner").unique("_i")
+            if sources.usable(paths):
+                hits = signed.join(sources.table, on=["community_id", "signature"], how="inner").unique("_i")
                 todo = todo.join(hits.select("_i"), on="_i", how="anti")
             else:
                 hits = None
@@ -419,8 +430,9 @@ def _report_documents(
             .cast(SOURCES_MEMO_SCHEMA)
             .unique(["community_id", "signature"], keep="first")
         )
+        sources.paths = paths.select(list(SOURCES_PATHS_SCHEMA)).cast(SOURCES_PATHS_SCHEMA)
     elif sources is not None:
-        sources.table = None
+        sources.table = sources.paths = None
     return documents
 
 

@@ -18,6 +18,7 @@ import polars as pl
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.graph.communities import CommunityState
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
+from graphrag_pipeline.index.records import SOURCES_MEMO_SCHEMA, SOURCES_MEMO_SCHEME, SOURCES_PATHS_SCHEMA, SourcesMemo
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import (
     DamagedFileError,
@@ -463,20 +464,36 @@ class Store:
             return None
 
     # the documents of each report under the signature of what they depend on (index/records.py
-    # SourcesMemo): a cache the index stages read and replace; damaged or missing, it is rebuilt
-    def read_report_sources(self, asset: str) -> pl.DataFrame | None:
-        path = self.paths.graph_dir / f"report-sources.{asset}.parquet"
-        try:
-            return pl.read_parquet(path) if path.exists() else None
-        except (OSError, pl.exceptions.PolarsError):
-            return None
+    # SourcesMemo): a cache the index stages read and replace; damaged, missing, of another
+    # layout or scheme, it is not used (and rebuilt)
+    def _report_sources_files(self, asset: str) -> tuple[Path, Path]:
+        stem = self.paths.graph_dir / f"report-sources.{asset}"
+        return Path(f"{stem}.parquet"), Path(f"{stem}.paths.parquet")
 
-    def write_report_sources(self, asset: str, table: pl.DataFrame | None) -> None:
-        path = self.paths.graph_dir / f"report-sources.{asset}.parquet"
-        if table is None:
-            path.unlink(missing_ok=True)
-        else:
-            write_parquet(table, path)
+    def read_report_sources(self, asset: str) -> SourcesMemo:
+        table_file, paths_file = self._report_sources_files(asset)
+        try:
+            if not (table_file.exists() and paths_file.exists()):
+                return SourcesMemo()
+            table, paths = pl.read_parquet(table_file), pl.read_parquet(paths_file)
+        except (OSError, pl.exceptions.PolarsError):
+            return SourcesMemo()
+        wanted = {**SOURCES_MEMO_SCHEMA, "scheme": pl.Utf8}
+        if dict(table.schema) != wanted or dict(paths.schema) != SOURCES_PATHS_SCHEMA:
+            return SourcesMemo()
+        if table.height and table["scheme"][0] != SOURCES_MEMO_SCHEME:
+            return SourcesMemo()
+        return SourcesMemo(table.drop("scheme"), paths)
+
+    def write_report_sources(self, asset: str, memo: SourcesMemo) -> None:
+        table_file, paths_file = self._report_sources_files(asset)
+        if memo.table is None or memo.paths is None:
+            table_file.unlink(missing_ok=True)
+            paths_file.unlink(missing_ok=True)
+            return
+        # the lists first: lists newer than their paths are only discarded when a path moved
+        write_parquet(memo.table.with_columns(pl.lit(SOURCES_MEMO_SCHEME).alias("scheme")), table_file)
+        write_parquet(memo.paths, paths_file)
 
     def read_communities(self) -> pl.DataFrame:
         path = self.paths.graph_dir / "communities.parquet"

@@ -52,7 +52,8 @@ def _incomplete(message: str, verdict) -> dg.Failure:
 
 def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings, asset: str) -> tuple:
     """What an index is built from, read through the store: the resolved graph, the communities,
-    every reportable community's report and the chunks of every document (a missing input fails)."""
+    every reportable community's report, the chunks of every document (a missing input fails) and
+    the asset's memo of report sources; and the store (to write the memo back)."""
     store = settings.store()
     # the columns the records are built from (not the description fragments: half the bytes)
     nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
@@ -72,7 +73,7 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
         chunk_df = all_chunks(store, doc_keys, optional=not_materialized(context.instance, "chunks", doc_keys))
     except MissingInputError as exc:
         raise missing_inputs_failure(exc, asset) from None
-    return nodes, edges, comms, reports, chunk_df, doc_keys
+    return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset)
 
 
 def _embedder(settings: PipelineSettings, llm: LLMSettings):
@@ -107,10 +108,8 @@ def search_index(
     context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings, config: SearchIndexConfig
 ) -> dg.MaterializeResult:
     started = time.perf_counter()
-    nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "search_index")
+    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(context, settings, "search_index")
     embedder = _embedder(settings, llm)
-    store = settings.store()
-    sources = store.read_report_sources("search_index")
     inputs_seconds = time.perf_counter() - started
     try:
         result = publish_index(
@@ -190,13 +189,12 @@ def elasticsearch_index(
             metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"}
         )
     started = time.perf_counter()
-    nodes, edges, comms, reports, chunk_df, doc_keys = _index_inputs(context, settings, "elasticsearch_index")
+    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(
+        context, settings, "elasticsearch_index"
+    )
     embedder = _embedder(settings, llm)
-    store = settings.store()
-    sources = store.read_report_sources("elasticsearch_index")
-    rows = build_index_rows(
-        nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources
-    )  # paths: where edges changed
+    # no n-hop paths here: sync_records computes them where edges changed
+    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources)
     store.write_report_sources("elasticsearch_index", sources)
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")

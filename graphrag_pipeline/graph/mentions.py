@@ -33,10 +33,12 @@ from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.graph.merge import (
     _merge_edges,
     _merge_nodes,
+    canonical_pairs,
+    changed_ends,
     dropped_relations,
     merge_changed,
-    pair_key,
-    renamed_keys,
+    of_pairs,
+    touching,
 )
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_nodes, with_metrics
 from graphrag_pipeline.storage.files import ParquetBundle
@@ -150,21 +152,14 @@ def _update(
     merged = _merge_nodes(ents) if ents.height else empty_nodes()
     # an edge is merged again only when the changed documents mention its pair (before or after)
     # or when one of its ends appeared, vanished or was renamed; every other edge is the previous one
-    renamed = renamed_keys(nodes, merged, affected)
-    flipped = set(nodes.filter(pl.col("key").is_in(k))["key"].to_list()) ^ set(merged["key"].to_list())
+    renamed, flipped = changed_ends(nodes, merged, affected)
     old_rows = [f.filter(pl.col("doc_id").is_in(gone)) for n, f in old_shards.items() if n.startswith("relations-")]
     gone_rels = pl.concat(old_rows, how="vertical_relaxed").select(list(RELATION_ROWS))
     changed_rels = new_relations.drop("_shard").select(list(RELATION_ROWS)).cast(gone_rels.schema)
-    pair_rows = pl.concat(
-        [gone_rels.select("source_key", "target_key"), changed_rels.select("source_key", "target_key")]
-    )
-    pairs = set(pair_rows.select(pair_key().alias("pair"))["pair"].to_list())
-    ends = pl.Series("e", sorted(set(pair_rows["source_key"]) | set(pair_rows["target_key"])), dtype=pl.Utf8).implode()
-    moved = pl.Series("m", sorted(renamed), dtype=pl.Utf8).implode()
-    by_moved = pl.col("source_key").is_in(moved) | pl.col("target_key").is_in(moved)
-    # a cheap test on the stored rows first, then the exact one on what it lets through
-    coarse = (pl.col("source_key").is_in(ends) & pl.col("target_key").is_in(ends)) | by_moved
-    exact = by_moved | pair_key().is_in(pl.Series("p", sorted(pairs), dtype=pl.Utf8).implode())
+    pairs = canonical_pairs(pl.concat([gone_rels, changed_rels]).select("source_key", "target_key"))
+    ends = pl.concat([pairs["source_key"], pairs["target_key"]]).unique().implode()
+    # a cheap test on the stored rows first (both ends among the pairs' ends), the exact one after
+    coarse = (pl.col("source_key").is_in(ends) & pl.col("target_key").is_in(ends)) | touching(renamed)
     # the shards not rewritten are read once: their rows are the same before and after
     near = pl.concat(
         [
@@ -173,13 +168,10 @@ def _update(
         ],
         how="vertical_relaxed",
     ).select(list(RELATION_ROWS))
-    rels = near.filter(exact)
+    rels = of_pairs(near, pairs, renamed)
     # relation rows whose fate (kept or dropped) can change: the changed documents' rows, and the
     # rows of other documents that touch a key which appeared or vanished
-    f = pl.Series("f", sorted(flipped), dtype=pl.Utf8).implode()
-    others = near.filter(
-        (pl.col("source_key").is_in(f) | pl.col("target_key").is_in(f)) & ~pl.col("doc_id").is_in(gone)
-    )
+    others = near.filter(touching(flipped) & ~pl.col("doc_id").is_in(gone))
     old_nodes = nodes.select("key")
     nodes, edges = merge_changed(nodes, edges, merged, rels, affected, pairs, renamed)
     nodes = with_metrics(nodes, edges)

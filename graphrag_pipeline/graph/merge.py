@@ -123,21 +123,44 @@ def merge_subgraphs(entities: pl.DataFrame, relations: pl.DataFrame) -> MergeRes
     return MergeResult(with_metrics(nodes, edges), edges, dropped)
 
 
-PAIR_SEP = "\x1f"
+def canonical_pairs(rows: pl.DataFrame) -> pl.DataFrame:
+    """The unordered pairs of relation rows, once each, as edges store them (source_key <= target_key)."""
+    return rows.select(
+        pl.min_horizontal("source_key", "target_key").alias("source_key"),
+        pl.max_horizontal("source_key", "target_key").alias("target_key"),
+    ).unique()
 
 
-def pair_key(a: str = "source_key", b: str = "target_key") -> pl.Expr:
-    """The unordered pair of two key columns as one string (the edge it merges into)."""
-    return pl.concat_str(pl.min_horizontal(a, b), pl.max_horizontal(a, b), separator=PAIR_SEP)
+def touching(keys: set[str]) -> pl.Expr:
+    """Rows (relation rows or edges) with an end among `keys`."""
+    k = pl.Series("k", sorted(keys), dtype=pl.Utf8).implode()
+    return pl.col("source_key").is_in(k) | pl.col("target_key").is_in(k)
 
 
-def renamed_keys(previous_nodes: pl.DataFrame, merged: pl.DataFrame, affected: set[str]) -> set[str]:
-    """Of the `affected` keys, those whose node appeared, vanished or changed its display name
-    (`merged`: the affected keys' nodes merged again)."""
+def of_pairs(df: pl.DataFrame, pairs: pl.DataFrame, keys: set[str]) -> pl.DataFrame:
+    """The rows of `df` (relation rows or edges, in their order) whose unordered pair is one of
+    `pairs` (canonical_pairs) or which touch one of `keys`."""
+    hit = pairs.select(pl.col("source_key").alias("_a"), pl.col("target_key").alias("_b"), pl.lit(True).alias("_hit"))
+    return (
+        df.with_columns(
+            pl.min_horizontal("source_key", "target_key").alias("_a"),
+            pl.max_horizontal("source_key", "target_key").alias("_b"),
+        )
+        .join(hit, on=["_a", "_b"], how="left", maintain_order="left")
+        .filter(pl.col("_hit").is_not_null() | touching(keys))
+        .drop("_a", "_b", "_hit")
+    )
+
+
+def changed_ends(previous_nodes: pl.DataFrame, merged: pl.DataFrame, affected: set[str]) -> tuple[set[str], set[str]]:
+    """Of the `affected` keys (`merged`: their nodes merged again): those whose node appeared,
+    vanished or changed its display name, and of those the ones that appeared or vanished."""
     keys = pl.Series("key", sorted(affected), dtype=pl.Utf8).implode()
     before = set(previous_nodes.filter(pl.col("key").is_in(keys)).select("key", "name").iter_rows())
     after = set(merged.select("key", "name").iter_rows())
-    return {key for key, _ in before ^ after}
+    renamed = {key for key, _ in before ^ after}
+    flipped = {key for key, _ in before} ^ {key for key, _ in after}
+    return renamed, flipped
 
 
 def merge_changed(
@@ -146,16 +169,16 @@ def merge_changed(
     merged: pl.DataFrame,
     relations: pl.DataFrame,
     affected: set[str],
-    pairs: set[str],
+    pairs: pl.DataFrame,
     renamed: set[str],
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The merged graph after a change that touched only the entity keys `affected`. `merged`:
     the nodes of those keys merged again from all their entity rows (of every document); every
-    other node is the previous one. An edge depends only on its own mention rows and on
-    the existence and display names of its two ends, so only the edges of `pairs` (pair_key
-    strings: the pairs the changed documents mention, before or after) and the edges touching
-    `renamed` (renamed_keys) are merged again; `relations` must hold every mention row of those
-    pairs and keys. The result equals a full merge (degree and pagerank are not computed here)."""
+    other node is the previous one. An edge depends only on its own mention rows and on the
+    existence and display names of its two ends, so only the edges of `pairs` (canonical_pairs of
+    the changed documents' relation rows, before and after) and the edges touching `renamed`
+    (changed_ends) are merged again; `relations` must hold every mention row of those pairs and
+    keys. The result equals a full merge (degree and pagerank are not computed here)."""
     keys = pl.Series("key", sorted(affected), dtype=pl.Utf8).implode()
     nodes = pl.concat(
         [
@@ -163,24 +186,14 @@ def merge_changed(
             merged.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA),
         ]
     ).sort("key")
-    moved = pl.Series("key", sorted(renamed), dtype=pl.Utf8).implode()
-    split = [p.split(PAIR_SEP) for p in sorted(pairs)]
-    wanted = pl.DataFrame(
-        {"source_key": [a for a, _ in split], "target_key": [b for _, b in split]},
-        schema={"source_key": pl.Utf8, "target_key": pl.Utf8},
-    )
-    by_moved = pl.col("source_key").is_in(moved) | pl.col("target_key").is_in(moved)
     fresh, _ = _merge_edges(relations, nodes) if relations.height else (empty_edges(), 0)
     # stored edges are in canonical order (source_key < target_key), as the pairs are
-    kept = previous_edges.filter(~by_moved).join(wanted, on=["source_key", "target_key"], how="anti")
-    redone = fresh.filter(
-        by_moved
-        | pl.concat_str("source_key", "target_key", separator=PAIR_SEP).is_in(
-            pl.Series("p", sorted(pairs), dtype=pl.Utf8).implode()
-        )
-    )
+    kept = previous_edges.filter(~touching(renamed)).join(pairs, on=["source_key", "target_key"], how="anti")
     edges = pl.concat(
-        [kept.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), redone.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA)]
+        [
+            kept.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA),
+            of_pairs(fresh, pairs, renamed).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA),
+        ]
     ).sort("source_key", "target_key")
     return nodes, edges
 

@@ -126,6 +126,7 @@ class _Graph:
     w: np.ndarray  # the clustered edges, src < dst by key order
     c: np.ndarray  # hash of each clustered edge's description
     _frame: pl.DataFrame | None = field(default=None, repr=False)
+    _joined: tuple | None = field(default=None, repr=False)  # (previous state, against(previous))
 
     def edge_list(self) -> list[tuple[str, str, float]]:
         f = self.edge_frame()
@@ -140,6 +141,22 @@ class _Graph:
                 schema=EDGE_STATE_SCHEMA,
             )
         return self._frame
+
+    def against(self, previous: CommunityState) -> pl.DataFrame:
+        """The clustered edges (with their row number j) fully joined with the previous state's
+        edges on (a, b); the previous columns get the suffix `_old` where the names meet. Computed
+        once per state (the change detection and the cached items both read it)."""
+        if self._joined is None or self._joined[0] is not previous:
+            prev_edges = previous.edges
+            if "c" not in prev_edges.columns:
+                prev_edges = prev_edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
+            both = (
+                self.edge_frame()
+                .with_row_index("j")
+                .join(prev_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old")
+            )
+            self._joined = (previous, both)
+        return self._joined[1]
 
 
 def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) -> _Graph:
@@ -293,17 +310,12 @@ def _changes(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState) -> 
         out[hit] = True
         return out
 
-    prev_edges = (
-        previous.edges
-        if "c" in previous.edges.columns
-        else previous.edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
-    )
-    both = g.edge_frame().join(prev_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old")
+    both = g.against(previous)
     structural = both.filter(
         pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9)
     )
     moved = mark(structural["a"].to_list() + structural["b"].to_list())
-    was = pl.concat([prev_edges["a"], prev_edges["b"]]).unique()
+    was = pl.concat([previous.edges["a"], previous.edges["b"]]).unique()
     moved |= g.mask & ~mark(was.to_list())
     touched = moved.copy()
     if previous.hash_scheme != HASH_SCHEME or previous.nodes.height == 0:
@@ -505,8 +517,10 @@ def _cached_edge_items(g: _Graph, previous: CommunityState | None) -> _Items:
         or not set(EDGE_ITEM_SCHEMA) <= set(previous.edges.columns)
     ):
         return out
-    old = previous.edges.select("a", "b", "c", *EDGE_ITEM_SCHEMA).drop_nulls("i")
-    got = g.edge_frame().select("a", "b", "c").with_row_index("j").join(old, on=["a", "b", "c"], how="inner")
+    # the edges present before and now with the same description hash, whose items were kept
+    got = g.against(previous).filter(
+        pl.col("j").is_not_null() & (pl.col("c") == pl.col("c_old")) & pl.col("i").is_not_null()
+    )
     j = got["j"].to_numpy().astype(np.int64)
     out.i[j], out.h[j], out.t[j] = got["i"].to_numpy(), got["h"].to_numpy(), got["t"].to_numpy()
     out.have[j] = True

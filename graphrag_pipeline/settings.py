@@ -176,6 +176,13 @@ SETTINGS: dict[str, Setting] = {
             OFFLINE_EMBEDDER,
             f"{OFFLINE_EMBEDDER} = the offline embedder; anything else = that model on the endpoint",
         ),
+        Setting(
+            "GRAPHRAG_EMBEDDING_MAX_TOKENS",
+            "int",
+            "8191",
+            "the most tokens (cl100k) of one text sent to the embeddings API; longer texts are cut",
+            minimum=16,
+        ),
         Setting("GRAPHRAG_MAX_CONCURRENT_CHATS", "int", "10", "chat calls in flight at once per process", minimum=1),
         Setting("GRAPHRAG_LLM_TIMEOUT", "int", "120", "seconds per call", minimum=1, note=" seconds"),
         Setting("GRAPHRAG_LLM_MAX_RETRIES", "int", "5", "retries of a failing call", minimum=0),

@@ -59,6 +59,10 @@ class ScriptedLLMServer:
         self.requests: list[dict] = []  # chat request bodies, in arrival order
         self.request_headers: list[dict] = []  # headers of every chat request (lower-case names)
         self.embedding_requests: list[dict] = []
+        # OpenAI's limits, when set: an embeddings request with an input above `embedding_input_limit`
+        # tokens, or with inputs summing to more than `embedding_request_limit`, is refused (400)
+        self.embedding_input_limit: int | None = None
+        self.embedding_request_limit: int | None = None
         self.max_in_flight = 0
         self.in_flight = 0
         self._lock = threading.Lock()
@@ -117,6 +121,7 @@ class ScriptedLLMServer:
                         with server._lock:
                             server.embedding_requests.append(body)
                             reply = server._embedding_script.popleft() if server._embedding_script else Reply()
+                        reply = server._embedding_limits(body) or reply
                         self._reply(reply, lambda r: server._embedding_body(body))
                     else:
                         self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -221,6 +226,27 @@ class ScriptedLLMServer:
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,
             }
         return out
+
+    def _embedding_limits(self, body: dict) -> Reply | None:
+        """A 400 reply in OpenAI's words when the request breaks a limit set on this server."""
+        if self.embedding_input_limit is None and self.embedding_request_limit is None:
+            return None
+        from graphrag_pipeline.ingest.tokens import count_tokens
+
+        inputs = body.get("input")
+        sizes = [count_tokens(str(t)) for t in ([inputs] if isinstance(inputs, str) else list(inputs or []))]
+        if self.embedding_input_limit is not None and sizes and max(sizes) > self.embedding_input_limit:
+            return Reply(
+                status=400,
+                text=f"This model's maximum context length is {self.embedding_input_limit} tokens, however you "
+                f"requested {max(sizes)} tokens in your input.",
+            )
+        if self.embedding_request_limit is not None and sum(sizes) > self.embedding_request_limit:
+            return Reply(
+                status=400,
+                text=f"Requested {sum(sizes)} tokens, max {self.embedding_request_limit} tokens per request",
+            )
+        return None
 
     def _embedding_body(self, body: dict) -> dict:
         inputs = body.get("input")

@@ -364,6 +364,40 @@ def test_embed_normalised_rows_in_order_batched_and_cached(llm_server, kv):
     assert len(llm_server.embedding_requests) == 4  # the model is part of the key
 
 
+def test_embed_cuts_texts_and_requests_to_the_endpoint_limits(llm_server, kv):
+    # the endpoint enforces OpenAI's limits: 8,191 tokens per input, 300,000 per request
+    llm_server.embedding_input_limit, llm_server.embedding_request_limit = 8191, 300_000
+    fragment = "The scheduler hands the runqueue lock to the idle task before it sleeps. "
+    huge = "".join(f"{i}: {fragment}" for i in range(3000))  # a relation named in thousands of chunks
+    assert count_tokens(huge) > 8191
+    medium = [f"chunk {i} " + fragment * 400 for i in range(64)]  # ~6,000 tokens each: 64 make ~390,000
+    texts = [huge, "short text", *medium]
+    client = client_for(llm_server, cache=kv, embedding_model="test-embed")
+    vecs = client.embed(texts)
+    assert vecs.shape == (66, 16)
+    # every request within both limits (the server refused any other), and the batches follow them
+    sent = [t for r in llm_server.embedding_requests for t in r["input"]]
+    assert len(sent) == 66 and all(count_tokens(t) <= 8191 for t in sent)
+    assert all(sum(count_tokens(t) for t in r["input"]) <= 300_000 for r in llm_server.embedding_requests)
+    # not 64 + 2 texts: the first 64 hold ~360,000 tokens, which the endpoint refuses
+    assert [len(r["input"]) < 64 for r in llm_server.embedding_requests] == [True, True]
+    # the long text is embedded by its start (its first 8,191 tokens); the others whole
+    cut = next(t for t in sent if t.startswith("0: "))
+    assert count_tokens(cut) == 8191 and huge.startswith(cut[:-20])
+    raw = np.asarray(embedding_vector(cut), dtype=np.float32)
+    assert np.allclose(vecs[0], raw / np.linalg.norm(raw), atol=1e-6)
+    assert "short text" in sent and all(m in sent for m in medium)
+    # cached under what was sent: a second client asks for nothing
+    before = len(llm_server.embedding_requests)
+    again = client_for(llm_server, cache=KVCache(kv.path), embedding_model="test-embed").embed([huge])
+    assert len(llm_server.embedding_requests) == before and np.array_equal(again[0], vecs[0])
+
+    # the endpoint's refusal is real: without the cut the same text fails the call
+    uncut = client_for(llm_server, embedding_model="test-embed", embedding_max_tokens=1_000_000)
+    with pytest.raises(LLMError, match="maximum context length"):
+        uncut.embed([huge + " once more"])
+
+
 def test_embed_without_model_is_a_config_error(llm_server):
     with pytest.raises(ValueError):
         client_for(llm_server).embed(["x"])

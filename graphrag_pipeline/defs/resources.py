@@ -152,6 +152,7 @@ class LLMSettings(_FromSettings):
 
     model: str | None = _from("GRAPHRAG_LLM_MODEL")
     embedding_model: str | None = _from("GRAPHRAG_EMBEDDING_MODEL")
+    embedding_max_tokens: int | None = _from("GRAPHRAG_EMBEDDING_MAX_TOKENS")
     max_concurrent_chats: int | None = _from("GRAPHRAG_MAX_CONCURRENT_CHATS")
     timeout_s: int | None = _from("GRAPHRAG_LLM_TIMEOUT")
     max_retries: int | None = _from("GRAPHRAG_LLM_MAX_RETRIES")
@@ -187,6 +188,7 @@ class LLMSettings(_FromSettings):
             timeout_s=float(self.timeout_s),
             max_retries=self.max_retries,
             embedding_model=env_settings.endpoint_embedding_model(self.embedding_model),
+            embedding_max_tokens=self.embedding_max_tokens,
             budgeted=True,  # a pipeline step's client: a build's budget holds for it
         )
 

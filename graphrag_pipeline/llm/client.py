@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphrag_pipeline import progress
-from graphrag_pipeline.ingest.tokens import count_tokens
+from graphrag_pipeline.ingest.tokens import count_tokens, encoding
 from graphrag_pipeline.llm import budget as budgets
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.pricing import Pricing, pricing_for
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("graphrag_pipeline.llm")
 
 EMBEDDING_BATCH = 64
+# OpenAI's embeddings API refuses a request whose inputs sum to more than 300,000 tokens (and each
+# input above the model's limit, GRAPHRAG_EMBEDDING_MAX_TOKENS); a batch is cut below this bound
+EMBEDDING_REQUEST_TOKENS = 280_000
 _RETRY_STATUSES = {408, 409, 429}  # plus every status >= 500
 _POLL_S = 0.05  # how often a call waiting for a concurrency slot checks for cancellation
 DEFAULT_BREAKER = setting_default("GRAPHRAG_LLM_BREAKER")  # consecutive failed calls that open the circuit (0 = never)
@@ -192,6 +195,41 @@ def chat_cache_key(
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
 
 
+def fit_embedding_input(text: str, max_tokens: int) -> tuple[str, int]:
+    """(what is sent to embed `text`, a bound on its tokens): the text itself when it is short
+    enough, else its first `max_tokens` cl100k tokens. A UTF-8 byte is at least one token's worth,
+    so a text of at most `max_tokens` bytes is sent without being tokenized (most chunks)."""
+    size = len(text.encode("utf-8"))
+    if size <= max_tokens:
+        return text, size
+    enc = encoding()
+    # a token covers a few characters: the first 32 per token hold the first max_tokens tokens
+    head = text if len(text) <= 32 * max_tokens else text[: 32 * max_tokens]
+    ids = enc.encode(head, disallowed_special=())
+    if len(ids) <= max_tokens and head is not text:
+        ids = enc.encode(text, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return text, len(ids)
+    return enc.decode(ids[:max_tokens]), max_tokens
+
+
+def _embedding_batches(texts: list[str], bounds: dict[str, int]) -> list[list[str]]:
+    """`texts` in order, cut into requests of at most EMBEDDING_BATCH texts whose token bounds sum
+    to at most EMBEDDING_REQUEST_TOKENS (a single text is always a request of its own)."""
+    out: list[list[str]] = []
+    batch: list[str] = []
+    total = 0
+    for t in texts:
+        if batch and (len(batch) == EMBEDDING_BATCH or total + bounds[t] > EMBEDDING_REQUEST_TOKENS):
+            out.append(batch)
+            batch, total = [], 0
+        batch.append(t)
+        total += bounds[t]
+    if batch:
+        out.append(batch)
+    return out
+
+
 def embedding_cache_key(embedding_model: str, text: str) -> str:
     payload = {"embedding_model": embedding_model, "text": text}
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
@@ -222,6 +260,7 @@ class LLMClient:
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
         embedding_model: str | None = None,
+        embedding_max_tokens: int | None = None,
         breaker: int | None = None,
         max_call_s: float | None = None,
         pricing: Pricing | None = None,
@@ -233,7 +272,9 @@ class LLMClient:
         timeout_s)``); one call thus takes at most about ``max_call_s + timeout_s``. pricing: the
         price of ``model`` (None: looked up for the model and endpoint, see llm/pricing.py).
         budgeted: the client of a pipeline step: under a budget (GRAPHRAG_MAX_COST_USD) every request
-        first reserves its worst-case cost (queries and `serve` are not limited by a build's budget)."""
+        first reserves its worst-case cost (queries and `serve` are not limited by a build's budget).
+        embedding_max_tokens: longer texts are cut to this many tokens before they are embedded
+        (None: the ``GRAPHRAG_EMBEDDING_MAX_TOKENS`` variable, else 8191, OpenAI's limit)."""
         import openai
 
         if max_concurrent < 1:
@@ -257,8 +298,13 @@ class LLMClient:
             raise ValueError(
                 "LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint"
             )
+        if embedding_max_tokens is None:
+            embedding_max_tokens = setting("GRAPHRAG_EMBEDDING_MAX_TOKENS")
+        if embedding_max_tokens < 16:
+            raise ValueError("embedding_max_tokens must be >= 16")
         self.model = model
         self.embedding_model = embedding_model
+        self.embedding_max_tokens = int(embedding_max_tokens)
         self.cache = cache
         self.max_concurrent = max_concurrent
         self.timeout_s = timeout_s
@@ -306,6 +352,7 @@ class LLMClient:
             timeout_s=float(setting("GRAPHRAG_LLM_TIMEOUT")),
             max_retries=setting("GRAPHRAG_LLM_MAX_RETRIES"),
             embedding_model=endpoint_embedding_model(setting("GRAPHRAG_EMBEDDING_MODEL")),
+            embedding_max_tokens=setting("GRAPHRAG_EMBEDDING_MAX_TOKENS"),
         )
 
     @property
@@ -731,8 +778,11 @@ class LLMClient:
     # -- embeddings ------------------------------------------------------------------------------------
     def embed(self, texts: list[str]) -> numpy.ndarray:
         """Embed ``texts`` with ``embedding_model``: float32, L2-normalised rows in input order.
-        Each text is cached by (embedding_model, text); misses go in batches of 64. Usage: one
-        call per request, one cache hit per cached text, prompt tokens from the response."""
+        A text longer than ``embedding_max_tokens`` is embedded by its first that many tokens (an
+        endpoint refuses the whole request otherwise: in `fast` a relation named in hundreds of
+        chunks joins hundreds of description fragments). Each text is cached by (embedding_model,
+        text sent); misses go in batches of at most 64 texts and EMBEDDING_REQUEST_TOKENS tokens.
+        Usage: one call per request, one cache hit per cached text, prompt tokens from the response."""
         import numpy as np
 
         if not self.embedding_model:
@@ -740,7 +790,11 @@ class LLMClient:
         self._check_cancelled()
         texts = list(texts)
         vectors: dict[str, np.ndarray] = {}
-        keys = {t: embedding_cache_key(self.embedding_model, t) for t in dict.fromkeys(texts)}
+        fitted = {t: fit_embedding_input(t, self.embedding_max_tokens) for t in dict.fromkeys(texts)}
+        cut = sum(1 for t, (sent, _) in fitted.items() if sent is not t)
+        if cut:
+            log.info(f"{cut} texts longer than {self.embedding_max_tokens} tokens are embedded by their start")
+        keys = {t: embedding_cache_key(self.embedding_model, sent) for t, (sent, _) in fitted.items()}
         if self.cache is not None and keys:
             found = self.cache.get_many(keys.values())
             for text, key in keys.items():
@@ -750,9 +804,8 @@ class LLMClient:
             if hits:
                 self._count(cache_hits=hits)
         missing = [t for t in keys if t not in vectors]
-        for start in range(0, len(missing), EMBEDDING_BATCH):
-            batch = missing[start : start + EMBEDDING_BATCH]
-            rows, tokens = self._embed_batch(batch)
+        for batch in _embedding_batches(missing, {t: bound for t, (_, bound) in fitted.items()}):
+            rows, tokens = self._embed_batch([fitted[t][0] for t in batch])
             self._count(calls=1, prompt_tokens=tokens, priced=False)  # the price table is for the chat model
             fresh = {}
             for text, row in zip(batch, rows):

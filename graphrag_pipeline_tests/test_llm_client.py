@@ -394,7 +394,7 @@ def test_embed_cuts_texts_and_requests_to_the_endpoint_limits(llm_server, kv):
 
     # the endpoint's refusal is real: without the cut the same text fails the call
     uncut = client_for(llm_server, embedding_model="test-embed", embedding_max_tokens=1_000_000)
-    with pytest.raises(LLMError, match="maximum context length"):
+    with pytest.raises(LLMError, match="embedding request to model test-embed at .*maximum context length"):
         uncut.embed([huge + " once more"])
 
 

@@ -562,10 +562,11 @@ class LLMClient:
             self._check_cancelled()
             self._check_open()
 
-    def _with_retries(self, what: str, request):
+    def _with_retries(self, what: str, request, model: str | None = None):
         """Run ``request()`` (one HTTP call; it validates the answer and raises ``_Retryable`` for a
         malformed one) with retries. Returns its result; raises LLMError / LLMCancelled /
-        LLMCircuitOpen."""
+        LLMCircuitOpen. model: the model the request names, in messages (default: the chat model)."""
+        target = self.describe() if model is None else f"model {model} at {self._endpoint}"
         retries = 0
         started: float | None = None  # the first request (time spent waiting for a turn does not count)
         turn = object()
@@ -598,8 +599,7 @@ class LLMClient:
                 plural = "s" if attempts > 1 else ""
                 if isinstance(problem, _Fatal):
                     err = LLMError(
-                        f"{what} to {self.describe()} failed (not retried) after {attempts} attempt{plural}: "
-                        f"{problem.cause}",
+                        f"{what} to {target} failed (not retried) after {attempts} attempt{plural}: {problem.cause}",
                         status=problem.status,
                         attempts=attempts,
                         endpoint=self._endpoint,
@@ -615,7 +615,7 @@ class LLMClient:
                 if retries >= self.max_retries:
                     raise self._failed(
                         LLMError(
-                            f"{what} to {self.describe()} failed after {attempts} attempt{plural}: {problem.cause}",
+                            f"{what} to {target} failed after {attempts} attempt{plural}: {problem.cause}",
                             status=problem.status,
                             attempts=attempts,
                             endpoint=self._endpoint,
@@ -626,7 +626,7 @@ class LLMClient:
                 if elapsed + delay > self.max_call_s:
                     raise self._failed(
                         LLMError(
-                            f"{what} to {self.describe()} failed after {attempts} attempt{plural} in "
+                            f"{what} to {target} failed after {attempts} attempt{plural} in "
                             f"{elapsed:.0f}s (retry time limit {self.max_call_s:g}s): {problem.cause}",
                             status=problem.status,
                             attempts=attempts,
@@ -636,7 +636,7 @@ class LLMClient:
                 log.warning(
                     "%s to %s: %s; retry %d/%d in %.2fs",
                     what,
-                    self.describe(),
+                    target,
                     problem.cause,
                     retries + 1,
                     self.max_retries,
@@ -840,7 +840,7 @@ class LLMClient:
                 raise _Retryable(f"malformed embeddings response (shape {matrix.shape} for {len(inputs)} inputs)")
             return resp, matrix
 
-        resp, matrix = self._with_retries("embedding request", request)
+        resp, matrix = self._with_retries("embedding request", request, model=self.embedding_model)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         matrix = (matrix / norms).astype(np.float32)

@@ -2,6 +2,7 @@
 Elasticsearch copy (following the same delta when it can)."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 import polars as pl
@@ -55,8 +56,18 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     every reportable community's report, the chunks of every document (a missing input fails) and
     the asset's memo of report sources; and the store (to write the memo back)."""
     store = settings.store()
-    # the columns the records are built from (not the description fragments: half the bytes)
-    nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
+    doc_keys = document_keys(context.instance)
+    optional = not_materialized(context.instance, "chunks", doc_keys)
+    # the chunks are read beside the graph (polars decodes without holding the GIL)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-chunks") as pool:
+        # a document not chunked yet may have no chunk files; every chunked one must have them
+        chunks = pool.submit(all_chunks, store, doc_keys, optional=optional)
+        # the columns the records are built from (not the description fragments: half the bytes)
+        nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
+        try:
+            chunk_df = chunks.result()
+        except MissingInputError as exc:
+            raise missing_inputs_failure(exc, asset) from None
     comms = store.read_communities()
     # every reportable community of the communities table needs its report file: a missing one is
     # an error, never a silently smaller index
@@ -68,11 +79,6 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
             f"(first: {', '.join(missing[:5])})",
             verdict,
         )
-    doc_keys = document_keys(context.instance)
-    try:  # a document not chunked yet may have no chunk files; every chunked one must have them
-        chunk_df = all_chunks(store, doc_keys, optional=not_materialized(context.instance, "chunks", doc_keys))
-    except MissingInputError as exc:
-        raise missing_inputs_failure(exc, asset) from None
     return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset)
 
 

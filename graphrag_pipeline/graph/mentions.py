@@ -129,7 +129,7 @@ def _update(
     before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
     changed = [k for k in keys if before.get(k) != signatures[k]]
     removed = sorted(set(before) - set(keys))
-    nodes, edges = bundle.read(manifest, "nodes"), bundle.read(manifest, "edges")
+    nodes, edges = bundle.read_all(manifest, ["nodes", "edges"])
     if not changed and not removed:
         # nodes written by an older version may lack their metrics: recomputed, and not copied
         return _result(with_metrics(nodes, edges), edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)

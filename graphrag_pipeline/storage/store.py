@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -375,7 +376,11 @@ class Store:
         """The graph's nodes and edges (only the columns named, when given: the checks and the
         clustering need a few columns of a table whose descriptions make most of its bytes)."""
         n, e = self._built_graph_files(name)
-        return read_parquet(n, NODE_SCHEMA, node_columns), read_parquet(e, EDGE_SCHEMA, edge_columns)
+        # side by side: polars decodes without holding the GIL, and the edges are most of the bytes
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graph-read") as pool:
+            edges = pool.submit(read_parquet, e, EDGE_SCHEMA, edge_columns)
+            nodes = read_parquet(n, NODE_SCHEMA, node_columns)
+            return nodes, edges.result()
 
     def read_graph_nodes(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
         """The graph's nodes alone (only `columns`, when given)."""

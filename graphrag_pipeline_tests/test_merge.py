@@ -518,3 +518,52 @@ def test_metrics_count_edges_to_keys_missing_from_the_nodes_like_networkx():
     pr = nx.pagerank(g, weight="weight")
     assert out["degree"].to_list() == [g.degree("a"), g.degree("b"), g.degree("c")]
     assert out["pagerank"].to_list() == pytest.approx([pr["a"], pr["b"], pr["c"]], rel=1e-4)
+
+
+def test_splice_sorted_equals_a_filter_and_a_sort():
+    """Random removals and insertions (at both ends, keys that are prefixes of others, non-ASCII):
+    the spliced table equals the kept rows and the fresh ones concatenated and sorted; so does the
+    fallback for unsorted input and for keys holding the separator."""
+    import random
+
+    import numpy as np
+
+    from graphrag_pipeline.graph.merge import splice_sorted
+
+    rng = random.Random(5)
+    alphabet = ["a", "ab", "abc", "b", "é", "ü", "z", "zz", "中"]
+
+    def key() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3)))
+
+    for trial in range(60):
+        pairs = sorted({tuple(sorted((key(), key()))) for _ in range(rng.randint(0, 40))})
+        prev = pl.DataFrame(
+            {"source_key": [a for a, _ in pairs], "target_key": [b for _, b in pairs], "v": list(range(len(pairs)))},
+            schema={"source_key": pl.Utf8, "target_key": pl.Utf8, "v": pl.Int64},
+        )
+        gone = np.array(sorted(rng.sample(range(prev.height), rng.randint(0, prev.height))), dtype=np.int64)
+        kept = prev.filter(~pl.int_range(pl.len()).is_in(gone.tolist()))
+        taken = set(kept.select("source_key", "target_key").iter_rows())
+        new = {tuple(sorted((key(), key()))) for _ in range(rng.randint(0, 10))} - taken
+        new |= {tuple(prev.row(int(i))[:2]) for i in gone[: rng.randint(0, len(gone))]}  # re-merged rows
+        fresh = pl.DataFrame(
+            {"source_key": [a for a, _ in new], "target_key": [b for _, b in new], "v": [-1] * len(new)},
+            schema=prev.schema,
+        )
+        by = ["source_key", "target_key"]
+        expected = pl.concat([kept, fresh]).sort(by)
+        assert splice_sorted(prev, gone, fresh, by).equals(expected), trial
+        one = prev.unique("source_key", keep="first").sort("source_key")
+        g1 = np.array(sorted(rng.sample(range(one.height), rng.randint(0, one.height))), dtype=np.int64)
+        k1 = one.filter(~pl.int_range(pl.len()).is_in(g1.tolist()))
+        f1 = pl.DataFrame({"source_key": sorted({key() for _ in range(4)} - set(k1["source_key"]))}).with_columns(
+            pl.lit("x").alias("target_key"), pl.lit(-2, pl.Int64).alias("v")
+        )
+        assert splice_sorted(one, g1, f1, ["source_key"]).equals(pl.concat([k1, f1]).sort("source_key")), trial
+
+    # the fallbacks: unsorted rows, a key holding the separator
+    prev = pl.DataFrame({"source_key": ["b", "a\x00", "c"], "target_key": ["x", "y", "z"], "v": [1, 2, 3]})
+    fresh = pl.DataFrame({"source_key": ["a"], "target_key": ["q"], "v": [9]})
+    out = splice_sorted(prev, np.array([2], dtype=np.int64), fresh, ["source_key", "target_key"])
+    assert out.equals(pl.concat([prev.head(2), fresh]).sort("source_key", "target_key"))

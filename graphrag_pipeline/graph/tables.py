@@ -75,7 +75,9 @@ def pagerank(
     out_weight = np.asarray(a.sum(axis=1)).ravel()
     dangling = out_weight == 0
     inv = np.divide(1.0, out_weight, out=np.zeros(n), where=~dangling)
-    transition = (csr_matrix((inv, (np.arange(n), np.arange(n))), shape=(n, n)) @ a).T.tocsr()
+    # (D^-1 A)^T = A D^-1 for the symmetric A: each stored entry scaled by the inverse weight of its
+    # column (no diagonal product and no transposed copy of a million-entry matrix)
+    transition = csr_matrix((a.data * inv[a.indices], a.indices, a.indptr), shape=(n, n))
     x = np.full(n, 1.0 / n)
     for _ in range(max_iter):
         last = x
@@ -108,13 +110,11 @@ def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
     if extra.height:
         index = pl.concat([index, extra.with_row_index("i", offset=nodes.height).select("i", "key")])
     n = index.height
-    ids = index.rename({"key": "k"})
-    numbered = pairs.join(
-        ids.rename({"k": "source_key", "i": "s"}), on="source_key", how="left", maintain_order="left"
-    ).join(ids.rename({"k": "target_key", "i": "t"}), on="target_key", how="left", maintain_order="left")
-    src = numbered["s"].to_numpy().astype(np.int64)
-    dst = numbered["t"].to_numpy().astype(np.int64)
-    w = numbered["weight"].fill_null(1.0).to_numpy().astype(np.float64)
+    # each end numbered by its place in `index` (an Enum of those keys: no join of a million edges)
+    numbered = pl.Enum(index["key"].unique(maintain_order=True))  # (keys are unique in a valid node table)
+    src = pairs["source_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+    dst = pairs["target_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+    w = pairs["weight"].fill_null(1.0).to_numpy().astype(np.float64)
     # distinct neighbours: the stored entries of the symmetric pattern matrix once duplicates are summed
     # (a sparse build is linear; sorting every pair as one array cost 8x more at 800,000 edges)
     pattern = csr_matrix(

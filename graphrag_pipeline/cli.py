@@ -321,6 +321,26 @@ def _downstream_stale(instance, defs) -> bool:
     return False
 
 
+def _downstream_settings_changed(instance, defs) -> list[str]:
+    """The unpartitioned assets downstream of the documents whose last materialization was written
+    under another code version (their settings: the maximum cluster size, a summary, resolution or
+    embedding model), as `asset (written -> now)`. Their next run would apply the new settings
+    anyway, at the next change of any document: a build applies them now instead."""
+    import dagster as dg
+    from dagster._core.definitions.data_version import CODE_VERSION_TAG
+
+    graph = defs.resolve_asset_graph()
+    out = []
+    for asset in downstream_lineage(defs):
+        key = dg.AssetKey.from_user_string(asset)
+        ev = instance.get_latest_materialization_event(key)
+        written = (ev.asset_materialization.tags or {}).get(CODE_VERSION_TAG) if ev else None
+        now = graph.get(key).code_version
+        if written and now and written != now:
+            out.append(f"{key.path[-1]} ({written} -> {now})")
+    return out
+
+
 def _elasticsearch_stale(paths: Paths, instance, defs) -> bool:
     """With GRAPHRAG_ES_URL set: is Elasticsearch behind its inputs? (It has no index, a sync of it
     was interrupted, it was not configured when last built, or an input changed since.)"""
@@ -579,7 +599,10 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
     for problem in repairs:
         _say(f"repairing: {problem}")
-    downstream = plan.changed or args.recluster or bool(repairs) or _downstream_stale(instance, defs)
+    resettled = _downstream_settings_changed(instance, defs)
+    if resettled:
+        _say(f"settings changed since the last build: {'; '.join(resettled)}: merging, clustering and publishing again")
+    downstream = plan.changed or args.recluster or bool(repairs) or bool(resettled) or _downstream_stale(instance, defs)
     graph_done = False
     progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
     for i, batch in enumerate(batches, 1):

@@ -140,3 +140,27 @@ def test_a_document_written_again_makes_what_is_built_from_it_stale(home, corpus
     status = resolver(inst, defs)
     assert status.get_status(kg) == StaleStatus.STALE
     assert status.get_status(dg.AssetKey("doc_subgraph"), key) == StaleStatus.FRESH  # written in the same run
+
+
+def test_a_new_maximum_cluster_size_is_applied_by_the_next_build(home, corpus, instance, monkeypatch):
+    """A setting of a whole-corpus asset (here `communities`' maximum cluster size) changed with no
+    document changed: the next build says so and clusters again under it (it was left until some
+    document changed, found by a sweep); the build after that has nothing to do."""
+    from dagster._core.definitions.data_version import CODE_VERSION_TAG
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    key = dg.AssetKey("communities")
+    first = instance().get_latest_materialization_event(key)
+    monkeypatch.setenv("GRAPHRAG_MAX_CLUSTER_SIZE", "4")
+    code, out = cli("build", "--corpus", str(corpus))
+    assert code == 0, out
+    assert "settings changed since the last build: communities (v1|max_cluster_size=12 -> v1|max_cluster_size=4)" in out
+    ev = instance().get_latest_materialization_event(key)
+    assert ev.run_id != first.run_id
+    assert ev.asset_materialization.tags[CODE_VERSION_TAG].endswith("max_cluster_size=4")
+    meta = ev.asset_materialization.metadata
+    assert meta["reclustered"].value and "clustering settings changed" in meta["recluster_reason"].value
+    code, out = cli("build", "--corpus", str(corpus))
+    assert code == 0 and "settings changed" not in out and "everything is up to date" in out, out
+    assert instance().get_latest_materialization_event(key).run_id == ev.run_id

@@ -175,7 +175,8 @@ def resolved_graph(
         relations = pl.scan_parquet(store.graph_edges_file("resolved_graph")).select(pl.len()).collect().item()
     store.write_state("resolution", plan.state)
     context.log.info(
-        f"resolved {plan.candidates} candidate pairs, {len(mapping)} merged ({len(plan.changed)} new entities)"
+        f"resolved {plan.candidates} candidate pairs, {len(mapping)} merged "
+        f"({len(plan.changed)} new or changed entities)"
     )
     merges = [{"merged": k, "into": v} for k, v in sorted(mapping.items())]
     return dg.MaterializeResult(

@@ -520,28 +520,47 @@ class ResolutionPlan:
     state: dict
 
 
+def _signatures(nodes: pl.DataFrame) -> dict[str, str]:
+    """Per node key, what the pre-filter and the judge read of it: its type and display name."""
+    return {
+        key: f"{etype}\x1f{name if name is not None else key}"
+        for key, name, etype in nodes.select("key", "name", "type").iter_rows()
+    }
+
+
 def plan_resolution(
     nodes: pl.DataFrame, state: dict | None, judge: Judge | None = None, judge_id: str = "offline"
 ) -> ResolutionPlan:
-    """The pairs to merge: earlier accepted pairs whose two nodes still exist, and the judge's
-    verdicts on candidate pairs involving nodes new since the last resolution. Needs only the nodes:
-    when nothing is to be merged, the edges pass through untouched (and need not be read)."""
+    """The pairs to merge: earlier accepted pairs whose two nodes are still present and unchanged,
+    and the judge's verdicts on candidate pairs involving nodes that are new or whose type or
+    display name changed since the last resolution (so the result does not depend on the order of
+    the builds: a pair becomes or stops being a candidate when either side changes, as in a fresh
+    resolution). Needs only the nodes: when nothing is to be merged, the edges pass through
+    untouched (and need not be read)."""
     state = state or {}
     if state.get("judge") != judge_id:
         state = {}
-    known = set(state.get("known_keys", []))
-    keys = set(nodes["key"].to_list())
-    changed = keys - known
+    signed = _signatures(nodes)
+    keys = set(signed)
+    before = state.get("signatures")
+    if not isinstance(before, dict):
+        # a state written before signatures were kept: its keys count as unchanged (as they did then)
+        before = {k: signed[k] for k in state.get("known_keys", []) if k in signed}
+    changed = {k for k, sig in signed.items() if before.get(k) != sig}
     pairs = candidate_pairs(nodes, changed)
     accepted = judge_pairs(nodes, pairs, judge)
-    previous = [tuple(p) for p in state.get("accepted", []) if p[0] in keys and p[1] in keys]
+    previous = [
+        tuple(p)
+        for p in state.get("accepted", [])
+        if p[0] in keys and p[1] in keys and p[0] not in changed and p[1] not in changed
+    ]
     all_pairs = sorted(set(previous) | set(accepted))
     return ResolutionPlan(
         candidates=len(pairs),
         accepted=accepted,
         pairs=all_pairs,
         changed=changed,
-        state={"judge": judge_id, "known_keys": sorted(keys), "accepted": [list(p) for p in all_pairs]},
+        state={"judge": judge_id, "signatures": signed, "accepted": [list(p) for p in all_pairs]},
     )
 
 

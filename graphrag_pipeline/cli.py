@@ -341,6 +341,36 @@ def _downstream_settings_changed(instance, defs) -> list[str]:
     return out
 
 
+def _reports_of_another_method(paths: Paths, store, method: str, keys: list[str], todo: list[str]) -> list[str]:
+    """`todo` and the report partitions whose stored report another kind of writer wrote
+    (extractive vs LLM), after the home's method changed (`--switch-method`): a community whose
+    content survived the switch kept its report, so a home switched from `fast` kept extractive
+    reports for good. Checked only until the reports of the method in force are all of its kind
+    (`state/reports-method.json`); a new model under the same method stays the UI's decision
+    (stale partitions), as paid calls."""
+    from graphrag_pipeline.settings import setting
+    from graphrag_pipeline.storage.files import read_json, write_json
+
+    kind = "llm" if method != "fast" and setting("GRAPHRAG_LLM_REPORTS") else "extractive"
+    marker = paths.state_dir / "reports-method.json"
+    if read_json(marker, {}).get("kind") == kind:
+        return todo
+    pending = set(todo)
+    # an LLM report that fell back to the extractive text ("extractive-fallback") is of the LLM's kind
+    other = [
+        k
+        for k in keys
+        if k not in pending
+        and (r := store.read_report(k)) is not None
+        and ("extractive" if r.generator == "extractive" else "llm") != kind
+    ]
+    if other:
+        _say(f"method {method}: {len(other)} reports written by another kind of writer are written again ({kind})")
+    elif not pending:
+        write_json({"kind": kind}, marker)
+    return [k for k in keys if k in pending or k in set(other)]
+
+
 def _elasticsearch_stale(paths: Paths, instance, defs) -> bool:
     """With GRAPHRAG_ES_URL set: is Elasticsearch behind its inputs? (It has no index, a sync of it
     was interrupted, it was not configured when last built, or an input changed since.)"""
@@ -509,7 +539,14 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     )
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
     from graphrag_pipeline.llm.client import forget_endpoint_health
-    from graphrag_pipeline.settings import DEFAULT_KB, default_corpus, default_method, knowledge_base, setting
+    from graphrag_pipeline.settings import (
+        DEFAULT_KB,
+        OFFLINE_EMBEDDER,
+        default_corpus,
+        default_method,
+        knowledge_base,
+        setting,
+    )
     from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
     from graphrag_pipeline.storage.store import Store
@@ -600,9 +637,18 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     for problem in repairs:
         _say(f"repairing: {problem}")
     resettled = _downstream_settings_changed(instance, defs)
-    if resettled:
+    # applied now when that costs no LLM call (fast, offline embedder) or when asked for; otherwise
+    # said (a new model means paid calls), and applied with the next change of any document
+    free = method == "fast" and setting("GRAPHRAG_EMBEDDING_MODEL") == OFFLINE_EMBEDDER
+    apply = bool(resettled) and (free or getattr(args, "refresh", None) == "stale")
+    if apply:
         _say(f"settings changed since the last build: {'; '.join(resettled)}: merging, clustering and publishing again")
-    downstream = plan.changed or args.recluster or bool(repairs) or bool(resettled) or _downstream_stale(instance, defs)
+    elif resettled:
+        _say(
+            f"note: built under other settings: {'; '.join(resettled)}; `graphrag-pipeline build --refresh stale` "
+            "applies them now (new LLM calls may be paid), else the next change of a document does"
+        )
+    downstream = plan.changed or args.recluster or bool(repairs) or apply or _downstream_stale(instance, defs)
     graph_done = False
     progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
     for i, batch in enumerate(batches, 1):
@@ -651,6 +697,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(asset_key("community_reports"))
             todo = [k for k in all_keys if k not in done or not store.has_report(k)]
+            todo = _reports_of_another_method(paths, store, method, all_keys, todo)
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
             _say(f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write, then publish the index")
             for i, batch in enumerate(report_batches, 1):

@@ -74,7 +74,9 @@ def test_a_new_model_marks_doc_subgraph_stale_and_only_refresh_re_extracts(serve
     code, out = cli("build", "--corpus", str(corpus))
     assert code == 0, out
     assert f"note: {len(docs)} documents were built under other settings" in out
-    assert "--refresh stale" in out and out.count("note: ") == 1
+    assert "--refresh stale" in out and out.count("note: ") == 2
+    # the whole-corpus assets whose settings name the model are said too, and not run (paid calls)
+    assert "note: built under other settings: knowledge_graph (" in out and "fake-model-2" in out
     assert len(server.requests) == before  # nothing re-extracted, no call at all
     assert len(stale_by_code_version(inst, current_defs(), docs)["doc_subgraph"]) == len(docs)
 
@@ -164,3 +166,39 @@ def test_a_new_maximum_cluster_size_is_applied_by_the_next_build(home, corpus, i
     code, out = cli("build", "--corpus", str(corpus))
     assert code == 0 and "settings changed" not in out and "everything is up to date" in out, out
     assert instance().get_latest_materialization_event(key).run_id == ev.run_id
+
+
+def test_after_a_method_switch_reports_of_the_other_kind_are_written_again(home, monkeypatch):
+    """A community whose content survives `--switch-method` keeps its partition and its stored
+    report: a home switched from fast kept extractive reports for good (a sweep found 19 of 133).
+    The build's to-do list takes every report of the other kind of writer (an LLM report that fell
+    back to the extractive text counts as the LLM's), until all are of the method's kind; a new
+    model under the same method is not a reason (paid calls: the UI's decision)."""
+    from graphrag_pipeline.cli import _reports_of_another_method
+    from graphrag_pipeline.reports.offline import CommunityReport
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    paths = Paths(home)
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(paths)
+
+    def report(cid: str, generator: str) -> None:
+        store.write_report(
+            CommunityReport(cid, 0, f"title {cid}", "summary", 1.0, "why", [], [], generator == "extractive", generator)
+        )
+
+    report("a", "extractive")
+    report("b", "llm:model-1#abc")
+    report("c", "extractive-fallback")
+    report("d", "extractive")
+    keys = ["a", "b", "c", "d", "e"]  # e: no report yet (already in the to-do list)
+    assert _reports_of_another_method(paths, store, "light", keys, ["e"]) == ["a", "d", "e"]
+    report("a", "llm:model-1#abc")
+    report("d", "llm:model-2#abc")  # another model: still the LLM's kind
+    report("e", "llm:model-1#abc")
+    assert _reports_of_another_method(paths, store, "light", keys, []) == []  # all of the kind: marked
+    report("a", "extractive")  # (not looked at again while the method's kind is unchanged)
+    assert _reports_of_another_method(paths, store, "light", keys, []) == []
+    # back to fast: the LLM's reports are written again, extractively
+    assert _reports_of_another_method(paths, store, "fast", keys, []) == ["b", "c", "d", "e"]

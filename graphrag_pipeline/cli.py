@@ -699,7 +699,13 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             todo = [k for k in all_keys if k not in done or not store.has_report(k)]
             todo = _reports_of_another_method(paths, store, method, all_keys, todo)
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
-            _say(f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write, then publish the index")
+            # after an interrupted run, partitions not marked materialized may have their report stored
+            stored = sum(1 for k in todo if store.has_report(k))
+            kept = f" ({stored} already stored, kept if written the same way)" if stored else ""
+            _say(
+                f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write{kept}, "
+                "then publish the index"
+            )
             for i, batch in enumerate(report_batches, 1):
                 job = "publish_job" if i == len(report_batches) else "reports_job"
                 wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
@@ -934,6 +940,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except IndexNotFoundError as exc:
         if not args.json:
             _say(str(exc))
+        elif not paths.home.exists():  # a mistyped --home: the zeros below are not this home's
+            print(f"warning: no home at {paths.home}: no index to count", file=sys.stderr, flush=True)
     try:
         stats["llm"] = read_ledger_totals(paths).to_dict()
     except (CacheStoreError, ValueError) as exc:  # the message names the database (never the password)

@@ -345,7 +345,7 @@ def _reports_of_another_method(paths: Paths, store, method: str, keys: list[str]
     """`todo` and the report partitions whose stored report another kind of writer wrote
     (extractive vs LLM), after the home's method changed (`--switch-method`): a community whose
     content survived the switch kept its report, so a home switched from `fast` kept extractive
-    reports for good. Checked only until the reports of the method in force are all of its kind
+    reports for good. Checked only until no report outside `todo` is of the other kind
     (`state/reports-method.json`); a new model under the same method stays the UI's decision
     (stale partitions), as paid calls."""
     from graphrag_pipeline.settings import setting
@@ -366,7 +366,7 @@ def _reports_of_another_method(paths: Paths, store, method: str, keys: list[str]
     ]
     if other:
         _say(f"method {method}: {len(other)} reports written by another kind of writer are written again ({kind})")
-    elif not pending:
+    else:  # (the partitions in `todo` are written by this method's writer, or kept only if written that way)
         write_json({"kind": kind}, marker)
     return [k for k in keys if k in pending or k in set(other)]
 

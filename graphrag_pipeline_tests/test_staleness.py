@@ -196,8 +196,9 @@ def test_after_a_method_switch_reports_of_the_other_kind_are_written_again(home,
     assert _reports_of_another_method(paths, store, "light", keys, ["e"]) == ["a", "d", "e"]
     report("a", "llm:model-1#abc")
     report("d", "llm:model-2#abc")  # another model: still the LLM's kind
+    # all of the kind but the to-do list's (written by this method's writer): marked
+    assert _reports_of_another_method(paths, store, "light", keys, ["e"]) == ["e"]
     report("e", "llm:model-1#abc")
-    assert _reports_of_another_method(paths, store, "light", keys, []) == []  # all of the kind: marked
     report("a", "extractive")  # (not looked at again while the method's kind is unchanged)
     assert _reports_of_another_method(paths, store, "light", keys, []) == []
     # back to fast: the LLM's reports are written again, extractively

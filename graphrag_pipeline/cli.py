@@ -343,18 +343,19 @@ def _downstream_settings_changed(instance, defs) -> list[str]:
 
 def _reports_of_another_method(paths: Paths, store, method: str, keys: list[str], todo: list[str]) -> list[str]:
     """`todo` and the report partitions whose stored report another kind of writer wrote
-    (extractive vs LLM), after the home's method changed (`--switch-method`): a community whose
+    (extractive vs LLM), when the home's method changed (`--switch-method`): a community whose
     content survived the switch kept its report, so a home switched from `fast` kept extractive
-    reports for good. Checked only until no report outside `todo` is of the other kind
-    (`state/reports-method.json`); a new model under the same method stays the UI's decision
-    (stale partitions), as paid calls."""
+    reports for good. Looked at only while the method differs from the one recorded when no report
+    outside `todo` was of the other kind (`state/reports-method.json`): turning
+    GRAPHRAG_LLM_REPORTS on or off under the same method, or a new model, rewrites nothing by
+    itself (paid calls: the UI's decision, as for stale partitions)."""
     from graphrag_pipeline.settings import setting
     from graphrag_pipeline.storage.files import read_json, write_json
 
-    kind = "llm" if method != "fast" and setting("GRAPHRAG_LLM_REPORTS") else "extractive"
     marker = paths.state_dir / "reports-method.json"
-    if read_json(marker, {}).get("kind") == kind:
+    if read_json(marker, {}).get("method") == method:
         return todo
+    kind = "llm" if method != "fast" and setting("GRAPHRAG_LLM_REPORTS") else "extractive"
     pending = set(todo)
     # an LLM report that fell back to the extractive text ("extractive-fallback") is of the LLM's kind
     other = [
@@ -366,8 +367,9 @@ def _reports_of_another_method(paths: Paths, store, method: str, keys: list[str]
     ]
     if other:
         _say(f"method {method}: {len(other)} reports written by another kind of writer are written again ({kind})")
+        marker.unlink(missing_ok=True)  # looked at again by the next build (this one may not finish)
     else:  # (the partitions in `todo` are written by this method's writer, or kept only if written that way)
-        write_json({"kind": kind}, marker)
+        write_json({"method": method}, marker)
     return [k for k in keys if k in pending or k in set(other)]
 
 

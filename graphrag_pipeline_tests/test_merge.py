@@ -567,3 +567,27 @@ def test_splice_sorted_equals_a_filter_and_a_sort():
     fresh = pl.DataFrame({"source_key": ["a"], "target_key": ["q"], "v": [9]})
     out = splice_sorted(prev, np.array([2], dtype=np.int64), fresh, ["source_key", "target_key"])
     assert out.equals(pl.concat([prev.head(2), fresh]).sort("source_key", "target_key"))
+
+
+def test_metrics_and_splice_survive_keys_a_valid_graph_has_not():
+    """An edge with a missing end and a duplicated node key (not a valid graph: the checks name it)
+    do not make the metrics fail; a separator inside a fresh key sends
+    the splice to the sorting fallback (it looked at the previous keys only)."""
+    import numpy as np
+
+    from graphrag_pipeline.graph.merge import splice_sorted
+    from graphrag_pipeline.graph.tables import with_metrics
+
+    edges = pl.DataFrame(
+        {"source_key": ["a", "b", None, "c"], "target_key": ["b", "c", "a", None], "weight": [1.0, 2.0, 1.0, None]}
+    )
+    nodes = pl.DataFrame({"key": ["a", "b", "c"], "degree": [0] * 3, "pagerank": [0.0] * 3})
+    out = with_metrics(nodes, edges)
+    assert out["degree"].to_list() == [1, 2, 1] and (out["pagerank"] > 0).all()
+    doubled = with_metrics(pl.concat([nodes, nodes.head(1)]), edges)  # numbered as before (by joins)
+    assert doubled.height == 4 and doubled["degree"].to_list()[2] == 1
+
+    prev = pl.DataFrame({"source_key": ["a", "b"], "target_key": ["z", "c"], "v": [1, 2]})
+    fresh = pl.DataFrame({"source_key": ["a\x00"], "target_key": ["q"], "v": [9]})
+    out = splice_sorted(prev, np.array([], dtype=np.int64), fresh, ["source_key", "target_key"])
+    assert out.equals(pl.concat([prev, fresh]).sort("source_key", "target_key"))

@@ -172,8 +172,9 @@ def test_after_a_method_switch_reports_of_the_other_kind_are_written_again(home,
     """A community whose content survives `--switch-method` keeps its partition and its stored
     report: a home switched from fast kept extractive reports for good (a sweep found 19 of 133).
     The build's to-do list takes every report of the other kind of writer (an LLM report that fell
-    back to the extractive text counts as the LLM's), until all are of the method's kind; a new
-    model under the same method is not a reason (paid calls: the UI's decision)."""
+    back to the extractive text counts as the LLM's) until none is left outside it; a switch undone
+    before that is looked at again; a new model or GRAPHRAG_LLM_REPORTS turned on under the same
+    method is not a reason (paid calls: the UI's decision)."""
     from graphrag_pipeline.cli import _reports_of_another_method
     from graphrag_pipeline.reports.offline import CommunityReport
     from graphrag_pipeline.storage.layout import Paths
@@ -188,18 +189,24 @@ def test_after_a_method_switch_reports_of_the_other_kind_are_written_again(home,
             CommunityReport(cid, 0, f"title {cid}", "summary", 1.0, "why", [], [], generator == "extractive", generator)
         )
 
-    report("a", "extractive")
-    report("b", "llm:model-1#abc")
-    report("c", "extractive-fallback")
-    report("d", "extractive")
+    for cid in "abcd":
+        report(cid, "extractive")
     keys = ["a", "b", "c", "d", "e"]  # e: no report yet (already in the to-do list)
-    assert _reports_of_another_method(paths, store, "light", keys, ["e"]) == ["a", "d", "e"]
+    assert _reports_of_another_method(paths, store, "fast", keys, ["e"]) == ["e"]  # all of fast's kind: marked
+    # switched to light: the extractive ones are written again (a fallback counts as the LLM's)
+    report("c", "extractive-fallback")
+    assert _reports_of_another_method(paths, store, "light", keys, ["e"]) == ["a", "b", "d", "e"]
+    # the switch undone before a light build finished: fast looks again, and rewrites what the LLM wrote
     report("a", "llm:model-1#abc")
-    report("d", "llm:model-2#abc")  # another model: still the LLM's kind
-    # all of the kind but the to-do list's (written by this method's writer): marked
-    assert _reports_of_another_method(paths, store, "light", keys, ["e"]) == ["e"]
-    report("e", "llm:model-1#abc")
-    report("a", "extractive")  # (not looked at again while the method's kind is unchanged)
+    assert _reports_of_another_method(paths, store, "fast", keys, []) == ["a", "c"]
+    report("a", "extractive")
+    report("c", "extractive")
+    assert _reports_of_another_method(paths, store, "fast", keys, []) == []  # marked for fast
+    # light again, all rewritten by the LLM (another model for one: still the LLM's kind): marked
+    assert _reports_of_another_method(paths, store, "light", keys, ["a", "b", "c", "d", "e"]) == keys
+    for cid, model in zip(keys, ["model-1", "model-1", "model-2", "model-1", "model-1"]):
+        report(cid, f"llm:{model}#abc")
     assert _reports_of_another_method(paths, store, "light", keys, []) == []
-    # back to fast: the LLM's reports are written again, extractively
-    assert _reports_of_another_method(paths, store, "fast", keys, []) == ["b", "c", "d", "e"]
+    # GRAPHRAG_LLM_REPORTS turned off under the same method: nothing is rewritten by itself
+    monkeypatch.setenv("GRAPHRAG_LLM_REPORTS", "false")
+    assert _reports_of_another_method(paths, store, "light", keys, []) == []

@@ -220,8 +220,9 @@ def splice_sorted(previous: pl.DataFrame, gone: np.ndarray, fresh: pl.DataFrame,
         return df[by[0]] if len(by) == 1 else df.select(pl.concat_str(by, separator="\x00")).to_series()
 
     old, new = composite(previous), composite(fresh)
-    separated = len(by) == 1 or not (
-        previous.select(pl.any_horizontal(pl.col(c).str.contains("\x00", literal=True).any() for c in by)).item()
+    separated = len(by) == 1 or not any(
+        df.select(pl.any_horizontal(pl.col(c).str.contains("\x00", literal=True).any() for c in by)).item()
+        for df in (previous, fresh)
     )
     if not previous.height or not separated or not old.is_sorted():
         keep = np.ones(previous.height, dtype=bool)

@@ -110,11 +110,21 @@ def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
     if extra.height:
         index = pl.concat([index, extra.with_row_index("i", offset=nodes.height).select("i", "key")])
     n = index.height
-    # each end numbered by its place in `index` (an Enum of those keys: no join of a million edges)
-    numbered = pl.Enum(index["key"].unique(maintain_order=True))  # (keys are unique in a valid node table)
-    src = pairs["source_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
-    dst = pairs["target_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
     w = pairs["weight"].fill_null(1.0).to_numpy().astype(np.float64)
+    if index["key"].is_duplicated().any() or index["key"].null_count():
+        # not a valid graph (a duplicate node key, an edge without an end): numbered by joins, as before
+        ids = index.rename({"key": "k"})
+        numbered_rows = pairs.join(
+            ids.rename({"k": "source_key", "i": "s"}), on="source_key", how="left", maintain_order="left"
+        ).join(ids.rename({"k": "target_key", "i": "t"}), on="target_key", how="left", maintain_order="left")
+        src = numbered_rows["s"].to_numpy().astype(np.int64)
+        dst = numbered_rows["t"].to_numpy().astype(np.int64)
+        w = numbered_rows["weight"].fill_null(1.0).to_numpy().astype(np.float64)
+    else:
+        # each end numbered by its place in `index` (an Enum of those keys: no join of a million edges)
+        numbered = pl.Enum(index["key"])
+        src = pairs["source_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+        dst = pairs["target_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
     # distinct neighbours: the stored entries of the symmetric pattern matrix once duplicates are summed
     # (a sparse build is linear; sorting every pair as one array cost 8x more at 800,000 edges)
     pattern = csr_matrix(

@@ -302,3 +302,20 @@ def test_a_build_against_a_dead_endpoint_stops_at_once_and_the_next_build_resume
     assert len(extracted) == left_chunks
     for name in left:
         assert (home / "tables" / "doc_subgraph" / f"{name}.json").exists()
+
+
+def test_an_embeddings_call_that_fails_after_its_retries_fails_the_index_step_once(home, corpus, monkeypatch):
+    """A refused embeddings request (here 400: each request is refused) fails `search_index` after
+    the client's own attempts, without Dagster's step retries (they sent the same requests again,
+    3x in all: found by a sweep with an endpoint failing mid-build); the build exits non-zero and
+    says the published index was left as it was."""
+    with ScriptedLLMServer() as srv:
+        srv.script_embeddings(*[Reply("input refused", status=400)] * 20)
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", TEST_API_KEY)
+        monkeypatch.setenv("GRAPHRAG_EMBEDDING_MODEL", "test-embed")
+        code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+        assert code != 0, out
+        assert "FAILED search_index" in out and "the published index was left untouched" in out, out
+        assert "test-embed" in out  # the message names the embedding model
+        assert len(srv.embedding_requests) == 1  # a 400 is not retried: one request, not one per step retry

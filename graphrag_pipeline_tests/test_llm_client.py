@@ -465,3 +465,21 @@ def test_parse_json_reply():
     assert parse_json_reply('```json\n{"a": [1, 2,]}\n```') == {"a": [1, 2]}
     assert parse_json_reply("{'a': 'x', 'b': [1, 2") == {"a": "x", "b": [1, 2]}
     assert parse_json_reply("") is None
+
+
+def test_a_reasoning_models_thinking_is_not_part_of_the_answer(llm_server, kv):
+    """Qwen3 / DeepSeek-R1 behind vLLM or Ollama put their thinking in the content: its drafts
+    were parsed as records (a sweep got a fake entity in). The answer is what follows the block,
+    fresh or cached; a reply cut off while thinking has no answer; other text is untouched."""
+    from graphrag_pipeline.llm.client import answer_text
+
+    draft = '<think>Maybe ("entity"|FAKE PERSON|person|a draft)?</think>\n("entity"|CHARLES DARWIN|person|sailed)'
+    llm_server.script(Reply(draft))
+    client = client_for(llm_server, cache=kv)
+    first = client.chat(MSG)
+    assert first.text == '("entity"|CHARLES DARWIN|person|sailed)' and not first.cached
+    again = client_for(llm_server, cache=KVCache(kv.path)).chat(MSG)
+    assert again.cached and again.text == first.text
+    assert answer_text("the template opened it</think>\n\nthe answer") == "the answer"
+    assert answer_text("<think>cut off while still thinking") == ""
+    assert answer_text("We think about it; no tags here.") == "We think about it; no tags here."

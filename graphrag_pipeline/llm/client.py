@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import threading
 import time
 import weakref
@@ -193,6 +194,26 @@ def chat_cache_key(
         "response_format": response_format,
     }
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+_REASONING = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.S | re.I)
+
+
+def answer_text(raw: str) -> str:
+    """A chat answer without a reasoning model's thinking (`<think>...</think>`, as Qwen3 or
+    DeepSeek-R1 served by vLLM or Ollama put it in the content): its drafts would otherwise be
+    parsed as records. A reply whose template opened the block (only `</think>` in the text) keeps
+    what follows it; one cut off inside its thinking has no answer (empty)."""
+    if "think" not in raw.lower():
+        return raw
+    text = _REASONING.sub("", raw)
+    lower = text.lower()
+    closing = max(lower.rfind("</think>"), lower.rfind("</thinking>"))
+    if closing >= 0:
+        text = text[text.index(">", closing) + 1 :]
+    elif lower.lstrip().startswith(("<think>", "<thinking>")):
+        return ""
+    return text.strip() if text != raw else raw
 
 
 def fit_embedding_input(text: str, max_tokens: int) -> tuple[str, int]:
@@ -671,7 +692,7 @@ class LLMClient:
             if isinstance(hit, dict) and hit.get("text"):
                 self._count(cache_hits=1)
                 return ChatResult(
-                    text=hit["text"],
+                    text=answer_text(hit["text"]),
                     cached=True,
                     prompt_tokens=int(hit.get("prompt_tokens") or 0),
                     completion_tokens=int(hit.get("completion_tokens") or 0),
@@ -712,7 +733,9 @@ class LLMClient:
                 budgets.current().settle(reserved, cost)
         if key is not None and text:
             self.cache.put(key, {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
-        return ChatResult(text=text, cached=False, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return ChatResult(
+            text=answer_text(text), cached=False, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
 
     def _reserve(self, messages: list[dict], max_tokens: int | None) -> float | None:
         """Under a budget, hold this call's worst-case cost (None without a budget); past it, open

@@ -3,6 +3,7 @@ cancellation, embeddings, configuration and secret hygiene. All traffic is real 
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -483,3 +484,31 @@ def test_a_reasoning_models_thinking_is_not_part_of_the_answer(llm_server, kv):
     assert answer_text("the template opened it</think>\n\nthe answer") == "the answer"
     assert answer_text("<think>cut off while still thinking") == ""
     assert answer_text("We think about it; no tags here.") == "We think about it; no tags here."
+
+
+def test_vectors_of_another_dimension_are_fetched_again_not_kept(llm_server, kv):
+    """An answer with vectors of the wrong dimension was cached, and every later build failed on
+    it (found by a faulty-endpoint sweep). Once a fetched answer gave the model's dimension (the
+    embedder's probe asks the endpoint, not the cache), a cached vector of another dimension is
+    fetched again and replaced, and an answer of another dimension is malformed (retried)."""
+
+    def short(n: int) -> Reply:
+        data = [{"object": "embedding", "index": i, "embedding": [0.5] * 8} for i in range(n)]
+        return Reply(raw_body=json.dumps({"object": "list", "data": data, "model": "m"}))
+
+    llm_server.script_embeddings(short(2))
+    first = client_for(llm_server, cache=kv, embedding_model="test-embed").embed(["a", "b"])
+    assert first.shape == (2, 8)  # nothing to compare with yet: stored
+
+    client = client_for(llm_server, cache=KVCache(kv.path), embedding_model="test-embed")
+    assert client.probe_embedding_dim() == 16 and client.embedding_dim == 16
+    vecs = client.embed(["a", "b", "c"])
+    assert vecs.shape == (3, 16)
+    assert llm_server.embedding_requests[-1]["input"] == ["a", "b", "c"]  # the stored two fetched again
+    before = len(llm_server.embedding_requests)
+    assert client_for(llm_server, cache=KVCache(kv.path), embedding_model="test-embed").embed(["a"]).shape == (1, 16)
+    assert len(llm_server.embedding_requests) == before  # replaced in the cache
+
+    llm_server.script_embeddings(short(1))  # a malformed answer now: retried, not kept
+    assert client.embed(["d"]).shape == (1, 16)
+    assert [r["input"] for r in llm_server.embedding_requests[before:]] == [["d"], ["d"]]

@@ -117,7 +117,8 @@ class EndpointEmbedder:
     @property
     def dim(self) -> int:
         if self._dim is None:
-            self._dim = int(self.client.embed(["dimension probe"]).shape[1])
+            probe = getattr(self.client, "probe_embedding_dim", None)  # asked, not read from the cache
+            self._dim = int(probe()) if probe else int(self.client.embed(["dimension probe"]).shape[1])
         return self._dim
 
     def embed(self, texts: list[str]) -> np.ndarray:

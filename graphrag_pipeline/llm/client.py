@@ -326,6 +326,9 @@ class LLMClient:
         self.model = model
         self.embedding_model = embedding_model
         self.embedding_max_tokens = int(embedding_max_tokens)
+        # the dimension of the embedding model's vectors, once an answer fetched in this process gave
+        # it: a cached vector of another dimension is fetched again, an answer of another is malformed
+        self.embedding_dim: int | None = None
         self.cache = cache
         self.max_concurrent = max_concurrent
         self.timeout_s = timeout_s
@@ -822,6 +825,8 @@ class LLMClient:
             found = self.cache.get_many(keys.values())
             for text, key in keys.items():
                 if isinstance(found.get(key), list) and found[key]:
+                    if self.embedding_dim is not None and len(found[key]) != self.embedding_dim:
+                        continue  # stored from a malformed answer: fetched again (and replaced)
                     vectors[text] = np.asarray(found[key], dtype=np.float32)
             hits = sum(1 for t in texts if t in vectors)
             if hits:
@@ -847,6 +852,13 @@ class LLMClient:
             )
         return np.stack([vectors[t] for t in texts]).astype(np.float32, copy=False)
 
+    def probe_embedding_dim(self) -> int:
+        """The embedding model's dimension, from a request (not the cache: a vector stored from a
+        malformed answer must not set it); later answers and cached vectors are held to it."""
+        rows, tokens = self._embed_batch(["dimension probe"])
+        self._count(calls=1, prompt_tokens=tokens, priced=False)
+        return int(rows[0].shape[0])
+
     def _embed_batch(self, batch: list[str]) -> tuple[list[numpy.ndarray], int]:
         import numpy as np
 
@@ -861,9 +873,16 @@ class LLMClient:
                 raise _Retryable(f"malformed embeddings response ({type(exc).__name__})") from None
             if matrix.ndim != 2 or matrix.shape[0] != len(inputs) or matrix.shape[1] == 0:
                 raise _Retryable(f"malformed embeddings response (shape {matrix.shape} for {len(inputs)} inputs)")
+            if self.embedding_dim is not None and matrix.shape[1] != self.embedding_dim:
+                raise _Retryable(
+                    f"malformed embeddings response (vectors of {matrix.shape[1]} dimensions, "
+                    f"{self.embedding_dim} before)"
+                )
             return resp, matrix
 
         resp, matrix = self._with_retries("embedding request", request, model=self.embedding_model)
+        if self.embedding_dim is None:
+            self.embedding_dim = int(matrix.shape[1])
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         matrix = (matrix / norms).astype(np.float32)

@@ -854,9 +854,22 @@ class LLMClient:
 
     def probe_embedding_dim(self) -> int:
         """The embedding model's dimension, from a request (not the cache: a vector stored from a
-        malformed answer must not set it); later answers and cached vectors are held to it."""
-        rows, tokens = self._embed_batch(["dimension probe"])
+        malformed answer must not set it); later answers and cached vectors are held to it. With
+        the endpoint not answering, the cached probe says it (a rebuild from cached vectors works
+        without the endpoint, as before)."""
+        try:
+            rows, tokens = self._embed_batch(["dimension probe"])
+        except LLMCancelled:
+            raise
+        except LLMError:
+            key = embedding_cache_key(self.embedding_model, "dimension probe")
+            stored = self.cache.get_many([key]).get(key) if self.cache is not None else None
+            if not (isinstance(stored, list) and stored):
+                raise
+            return len(stored)
         self._count(calls=1, prompt_tokens=tokens, priced=False)
+        if self.cache is not None:  # what a later probe falls back to without the endpoint
+            self.cache.put_many({embedding_cache_key(self.embedding_model, "dimension probe"): rows[0].tolist()})
         return int(rows[0].shape[0])
 
     def _embed_batch(self, batch: list[str]) -> tuple[list[numpy.ndarray], int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -507,9 +508,16 @@ def cmd_build(args: argparse.Namespace) -> int:
     except BudgetExceeded:
         _budget_stop_message(args, paths)
         return 1
-    except EndpointDown:
+    except EndpointDown as exc:
+        # an endpoint refusing the key answers, but no call can succeed: the user must act on the key
+        refused = re.search(r"HTTP (401|403)\b", str(exc))
+        what = (
+            f"the LLM endpoint refused the API key (HTTP {refused.group(1)}: check OPENAI_API_KEY)"
+            if refused
+            else "the LLM endpoint is not answering"
+        )
         print(
-            "build stopped: the LLM endpoint is not answering (see above). What was finished is stored; the "
+            f"build stopped: {what} (see above). What was finished is stored; the "
             "published index is unchanged. Run `graphrag-pipeline build` again when the endpoint works: it "
             "continues with what is left.",
             file=sys.stderr,

@@ -319,3 +319,17 @@ def test_an_embeddings_call_that_fails_after_its_retries_fails_the_index_step_on
         assert "FAILED search_index" in out and "the published index was left untouched" in out, out
         assert "test-embed" in out  # the message names the embedding model
         assert len(srv.embedding_requests) == 1  # a 400 is not retried: one request, not one per step retry
+
+
+def test_a_refused_key_stops_the_build_with_a_message_about_the_key(home, corpus, monkeypatch, capsys):
+    """Every call refused with 401: the breaker opens and the build stops; the last line tells the
+    user to check the key (it said the endpoint was not answering, found by a sweep), never the key."""
+    with ScriptedLLMServer(lambda _body: Reply("invalid api key", status=401)) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", TEST_API_KEY)
+        monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
+        code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+        err = capsys.readouterr().err
+        assert code == 1, out
+        assert "build stopped: the LLM endpoint refused the API key (HTTP 401: check OPENAI_API_KEY)" in err, err
+        assert TEST_API_KEY not in out + err

@@ -371,7 +371,8 @@ def _reports_of_another_method(paths: Paths, store, method: str, keys: list[str]
         marker.unlink(missing_ok=True)  # looked at again by the next build (this one may not finish)
     else:  # (the partitions in `todo` are written by this method's writer, or kept only if written that way)
         write_json({"method": method}, marker)
-    return [k for k in keys if k in pending or k in set(other)]
+    pending.update(other)
+    return [k for k in keys if k in pending]
 
 
 def _elasticsearch_stale(paths: Paths, instance, defs) -> bool:

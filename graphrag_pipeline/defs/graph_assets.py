@@ -5,7 +5,6 @@ describes it in metadata. Declarative automation carries changes downstream.
 """
 
 import time
-from contextlib import contextmanager
 
 import dagster as dg
 import polars as pl
@@ -13,7 +12,7 @@ import polars as pl
 from graphrag_pipeline.defs import (
     document_assets,
 )  # the module, not its assets: each asset is loaded once, from its own file
-from graphrag_pipeline.defs.llm_step import StepLLM, llm_metadata, stop_metadata
+from graphrag_pipeline.defs.llm_step import StepLLM, endpoint_down_fails_the_step, llm_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import (
     KEY_PREFIX,
@@ -30,32 +29,10 @@ from graphrag_pipeline.graph.communities import update_communities
 from graphrag_pipeline.graph.mentions import update_merged_graph
 from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_resolution
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
-from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCancelled, LLMCircuitOpen, LLMError
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
 from graphrag_pipeline.storage.store import MissingInputError
 
 EAGER = dg.AutomationCondition.eager()
-
-
-@contextmanager
-def endpoint_down_fails_the_step(step: StepLLM | None = None):
-    """A dead LLM endpoint (its circuit breaker open) or a spent budget fails the step without
-    Dagster's retries: each retry would pay the breaker's calls again. So does a call that failed
-    after the client's own retries (an endpoint dying between calls fails one call before the
-    breaker opens; Dagster's retries tripled the requests). What the step's client spent until then
-    is recorded in the ledger. The CLI sees `endpoint_down` / `budget_exceeded` and stops the build."""
-    try:
-        yield
-    except LLMCircuitOpen as exc:
-        meta = stop_metadata(isinstance(exc, LLMBudgetExceeded))
-        if step is not None:
-            meta.update(llm_metadata(step.record()))
-        raise dg.Failure(description=str(exc), metadata=meta, allow_retries=False) from None
-    except LLMCancelled:
-        raise  # a stop asked for (a signal): `stoppable` says so
-    except LLMError as exc:
-        meta = llm_metadata(step.record()) if step is not None else {}
-        raise dg.Failure(description=str(exc), metadata=meta, allow_retries=False) from None
 
 
 def _top_entities(nodes: pl.DataFrame, n: int = 15) -> dg.MarkdownMetadataValue:

@@ -9,7 +9,7 @@ import polars as pl
 
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import document_assets, graph_assets
-from graphrag_pipeline.defs.llm_step import stop_metadata
+from graphrag_pipeline.defs.llm_step import endpoint_down_fails_the_step
 from graphrag_pipeline.defs.metadata import OWNERS, md_table
 from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys, missing_inputs_failure, not_materialized
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -19,7 +19,6 @@ from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
 from graphrag_pipeline.index.records import COLUMNS, build_index_rows, collect_reports
-from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCancelled, LLMCircuitOpen, LLMError
 from graphrag_pipeline.storage.store import MissingInputError
 
 
@@ -84,12 +83,8 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset)
 
 
-def _embedding_failure(exc: Exception) -> dg.Failure:
-    """The embeddings endpoint failed a call after the client's own retries (or its breaker is
-    open): the step fails without Dagster's retries, which would pay the calls again; the published
-    index is left as it was."""
-    meta = stop_metadata(isinstance(exc, LLMBudgetExceeded)) if isinstance(exc, LLMCircuitOpen) else {}
-    return dg.Failure(description=f"{exc}; the published index was left untouched", metadata=meta, allow_retries=False)
+# what a failed embeddings call leaves (a delta or a new index is published whole or not at all)
+_LEFT_AS_IT_WAS = "the published index was left untouched"
 
 
 def _embedder(settings: PipelineSettings, llm: LLMSettings):
@@ -128,25 +123,22 @@ def search_index(
     embedder = _embedder(settings, llm)
     inputs_seconds = time.perf_counter() - started
     try:
-        result = publish_index(
-            settings.paths.index_file,
-            nodes,
-            edges,
-            comms,
-            reports,
-            chunk_df,
-            embedder,
-            {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
-            full_rebuild=config.full_rebuild,
-            log=context.log.info,
-            sources=sources,
-        )
+        with endpoint_down_fails_the_step(after=_LEFT_AS_IT_WAS):
+            result = publish_index(
+                settings.paths.index_file,
+                nodes,
+                edges,
+                comms,
+                reports,
+                chunk_df,
+                embedder,
+                {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+                full_rebuild=config.full_rebuild,
+                log=context.log.info,
+                sources=sources,
+            )
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
-    except LLMCancelled:
-        raise
-    except LLMError as exc:
-        raise _embedding_failure(exc) from None
     store.write_report_sources("search_index", sources)
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
@@ -219,21 +211,18 @@ def elasticsearch_index(
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:
-        stats = sync_records(
-            cfg,
-            rows,
-            embedder,
-            {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
-            settings.paths.index_dir / "elasticsearch",
-            full_rebuild=config.full_rebuild,
-            log=context.log.info,
-        )
+        with endpoint_down_fails_the_step(after=_LEFT_AS_IT_WAS):
+            stats = sync_records(
+                cfg,
+                rows,
+                embedder,
+                {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+                settings.paths.index_dir / "elasticsearch",
+                full_rebuild=config.full_rebuild,
+                log=context.log.info,
+            )
     except EsIndexError as exc:
         raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
-    except LLMCancelled:
-        raise
-    except LLMError as exc:
-        raise _embedding_failure(exc) from None
     context.log.info(
         f"{stats.path} ({stats.reason}) {stats.index}: {stats.written} written, "
         f"{stats.deleted} deleted, {stats.unchanged} unchanged in {stats.seconds:.1f}s"

@@ -3,6 +3,8 @@ step paid for, recorded in the ledger and shown in the step's metadata."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from graphrag_pipeline.llm.usage import LLMUsage, open_ledger
 
 
@@ -88,3 +90,27 @@ def tag_run_with_usage(instance, run_id: str, materializations) -> dict[str, str
     tags = {f"graphrag/{k}": (f"{v:.6f}" if isinstance(v, float) else str(v)) for k, v in summary.items()}
     instance.add_run_tags(run_id, tags)
     return tags
+
+
+@contextmanager
+def endpoint_down_fails_the_step(step: StepLLM | None = None, *, after: str = ""):
+    """A dead LLM endpoint (its circuit breaker open) or a spent budget fails the step without
+    Dagster's retries: each retry would pay the breaker's calls again. So does a call that failed
+    after the client's own retries (an endpoint dying between calls fails one call before the
+    breaker opens; Dagster's retries tripled the requests). What the step's client spent until then
+    is recorded in the ledger. The CLI sees `endpoint_down` / `budget_exceeded` and stops the build.
+    after: said after the error (e.g. what was left as it was)."""
+    import dagster as dg
+
+    from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCancelled, LLMCircuitOpen, LLMError
+
+    try:
+        yield
+    except LLMCancelled:
+        raise  # a stop asked for (a signal): `stoppable` says so
+    except LLMError as exc:
+        meta = stop_metadata(isinstance(exc, LLMBudgetExceeded)) if isinstance(exc, LLMCircuitOpen) else {}
+        if step is not None:
+            meta.update(llm_metadata(step.record()))
+        description = f"{exc}; {after}" if after else str(exc)
+        raise dg.Failure(description=description, metadata=meta, allow_retries=False) from None

@@ -18,6 +18,19 @@ def count_tokens(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
+def head_tokens(text: str, max_tokens: int) -> tuple[str, int]:
+    """(`text` cut to its first `max_tokens` tokens, how many tokens that is). A token covers a few
+    characters: the first 32 characters per token are encoded first (a hub's joined description is
+    megabytes), the whole text only when they hold fewer tokens than the limit."""
+    enc = encoding()
+    head = text if len(text) <= 32 * max_tokens else text[: 32 * max_tokens]
+    ids = enc.encode(head, disallowed_special=())
+    if len(ids) <= max_tokens and head is not text:
+        ids = enc.encode(text, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return text, len(ids)
+    return enc.decode(ids[:max_tokens]), max_tokens
+
+
 def truncate_tokens(text: str, max_tokens: int) -> str:
-    ids = encoding().encode(text, disallowed_special=())
-    return text if len(ids) <= max_tokens else encoding().decode(ids[:max_tokens])
+    return head_tokens(text, max_tokens)[0]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphrag_pipeline import progress
-from graphrag_pipeline.ingest.tokens import count_tokens, encoding
+from graphrag_pipeline.ingest.tokens import count_tokens, head_tokens
 from graphrag_pipeline.llm import budget as budgets
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.pricing import Pricing, pricing_for
@@ -221,17 +221,7 @@ def fit_embedding_input(text: str, max_tokens: int) -> tuple[str, int]:
     enough, else its first `max_tokens` cl100k tokens. A UTF-8 byte is at least one token's worth,
     so a text of at most `max_tokens` bytes is sent without being tokenized (most chunks)."""
     size = len(text.encode("utf-8"))
-    if size <= max_tokens:
-        return text, size
-    enc = encoding()
-    # a token covers a few characters: the first 32 per token hold the first max_tokens tokens
-    head = text if len(text) <= 32 * max_tokens else text[: 32 * max_tokens]
-    ids = enc.encode(head, disallowed_special=())
-    if len(ids) <= max_tokens and head is not text:
-        ids = enc.encode(text, disallowed_special=())
-    if len(ids) <= max_tokens:
-        return text, len(ids)
-    return enc.decode(ids[:max_tokens]), max_tokens
+    return (text, size) if size <= max_tokens else head_tokens(text, max_tokens)
 
 
 def _embedding_batches(texts: list[str], bounds: dict[str, int]) -> list[list[str]]:

@@ -166,7 +166,8 @@ def test_explicit_empty_answer_is_ok():
     r = parse_extraction('{"entities": [], "relationships": []}', "c")
     assert r.ok and r.records == 0
     # the completion marker after record-like text that could not be parsed is not "empty on purpose"
-    assert not parse_extraction('("entity"|"X"|"PERSON"|"desc")<|COMPLETE|>', "c").ok
+    assert not parse_extraction('("entity" "X" "PERSON" "desc")<|COMPLETE|>', "c").ok
+    assert not parse_extraction('("entity"~"X"~"PERSON"~"desc")<|COMPLETE|>', "c").ok
     assert not parse_extraction('"X"<|>"PERSON"<|>"no record type"\n<|COMPLETE|>', "c").ok
 
 
@@ -499,6 +500,52 @@ def test_json_list_of_objects():
     )
     r = parse_extraction(text, "c")
     assert set(ents(r)) == {"X CORP", "Y LTD"} and rels(r)[("X CORP", "Y LTD")][2] == 4.0
+
+
+def test_json_list_that_names_each_record_kind_in_type():
+    # {"type": "entity", ...}: the record kind is not the entity type; a relation says so in "type" too
+    text = (
+        '[{"type": "entity", "name": "X CORP", "entity_type": "ORG", "description": "a company"}, '
+        '{"type": "entity", "name": "Y LTD"}, '
+        '{"type": "relationship", "source_entity": "X CORP", "target_entity": "Y LTD", "description": "acquired"}]'
+    )
+    r = parse_extraction(text, "c")
+    assert ents(r) == {"X CORP": ("ORG", "a company"), "Y LTD": ("UNKNOWN", "")}
+    assert rels(r) == {("X CORP", "Y LTD"): ("acquired", [], 1.0)}
+
+
+def test_tuples_written_with_a_pipe_instead_of_the_asked_delimiter():
+    text = (
+        '("entity"|"DEBIAN"|"ORGANIZATION"|"A free operating system project")##\n'
+        '("entity"|"UBUNTU"|"ORGANIZATION"|"A distribution | based on Debian")##\n'
+        '("relationship"|"UBUNTU"|"DEBIAN"|"Ubuntu is derived from Debian"|8)\n<|COMPLETE|>'
+    )
+    r = parse_extraction(text, "c")
+    assert r.ok and r.records == 3 and r.malformed == 0
+    assert ents(r)["UBUNTU"] == ("ORGANIZATION", "A distribution | based on Debian")
+    assert rels(r) == {("UBUNTU", "DEBIAN"): ("Ubuntu is derived from Debian", [], 8.0)}
+
+
+def test_tuples_written_with_commas_keep_the_commas_of_their_texts():
+    text = (
+        '("entity", "DEBIAN", "ORGANIZATION", "A project, run by volunteers, since 1993")\n'
+        '("entity", "UBUNTU", "ORGANIZATION", "A distribution")\n'
+        '("relationship", "UBUNTU", "DEBIAN", "Ubuntu takes packages, and people, from Debian", "derivation, packages", 8)\n'
+        "<|COMPLETE|>"
+    )
+    r = parse_extraction(text, "c")
+    assert r.records == 3
+    assert ents(r)["DEBIAN"] == ("ORGANIZATION", "A project, run by volunteers, since 1993")
+    assert rels(r) == {
+        ("UBUNTU", "DEBIAN"): ("Ubuntu takes packages, and people, from Debian", ["derivation", "packages"], 8.0)
+    }
+
+
+def test_the_asked_delimiter_wins_over_the_others():
+    # commas and pipes inside the texts of a well-formed answer change nothing
+    text = '("entity"<|>"A|B, Inc."<|>"ORG"<|>"x, y | z")##\n("entity"<|>"C"<|>"ORG"<|>"w")<|COMPLETE|>'
+    r = parse_extraction(text, "c")
+    assert ents(r) == {"A|B, Inc.": ("ORG", "x, y | z"), "C": ("ORG", "w")}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -224,6 +224,18 @@ def test_trailing_commas_single_quotes_and_unquoted_keys_are_repaired():
     }
 
 
+def test_json_written_with_curly_quotes_is_read():
+    # a whole report quoted with typographic quotes (and some inside a text, which stay)
+    text = json.dumps(json.loads(report_json(title="Newton and the \u201cRoyal\u201d Society")), ensure_ascii=False)
+    curly = "".join(
+        ("\u201c" if i % 2 == 0 else "\u201d") + part if i else part for i, part in enumerate(text.split('"'))
+    )
+    assert '"' not in curly
+    parsed = parse_report_json(curly)
+    assert parsed is not None and parsed["title"] == "Newton and the \u201cRoyal\u201d Society"
+    assert parsed["rating"] == 7.5 and len(parsed["findings"]) == 2
+
+
 def test_truncated_json_is_completed():
     full = report_json()
     cut = full[: full.index("He paid for") + 6]  # cut inside the last finding's explanation

@@ -13,8 +13,11 @@ Real model output is messy, so the parser finds records by their start -- an ope
 rather than trusting the record delimiter.  It tolerates quotes of any kind, markdown fences,
 bullets and bold, missing or stray record delimiters, chatter before/between/after records, a
 missing completion marker, and the tuple delimiter with blanks around it.  Text after the
-completion marker is ignored.  An answer that is JSON ({"entities": [...], "relationships": [...]})
-instead of tuples is accepted too.
+completion marker is ignored.  An answer that is JSON ({"entities": [...], "relationships": [...]},
+or a flat list of records, which may name their kind in "type") instead of tuples is accepted too,
+and so are tuples written with `|` or `,` between the fields instead of the asked delimiter (tried
+only when the asked one gives no record; a comma separates fields only next to a quote or before
+the closing strength, so the commas of a description stay in it).
 
 Record rules:
 - entity: (entity, name, type[, description...]); more than 4 fields -> the extra fields were a
@@ -56,6 +59,10 @@ _ENTITY_KINDS = {"entity"}
 _RELATION_KINDS = {"relationship", "relation", "relationships", "relations"}
 _KEYWORD_KINDS = {"content_keywords", "high_level_keywords"}
 _KNOWN_KINDS = _ENTITY_KINDS | _RELATION_KINDS | _KEYWORD_KINDS
+
+# tuple delimiters some models write instead of the one asked for: ("entity"|"NAME"|"TYPE"|...) and
+# ("entity", "NAME", "TYPE", ...); tried only when the asked one gives no record
+_OTHER_DELIMITERS = ("|", ",")
 
 _KEYWORD_SPLIT = re.compile(r"[,;\uff0c\uff1b\u3001]")
 _FENCE = re.compile(r"^[ \t]*```[^\n]*$", re.MULTILINE)
@@ -273,6 +280,17 @@ def _unterminated(field_text: str) -> bool:
     return bool(s) and s[0] in _QUOTE_CHARS and (len(s) == 1 or s[-1] not in _QUOTE_CHARS)
 
 
+# A comma separates fields only where a quoted field ends or begins, or before a closing number (the
+# strength): descriptions are full of commas
+_COMMA_FIELDS = re.compile(r"(?<=[\"'\u201d\u2019])[ \t]*,\s*|\s*,[ \t]*(?=[\"'\u201c\u2018]|[-+]?\d+(?:\.\d+)?\s*$)")
+
+
+def _separator(tuple_delimiter: str) -> re.Pattern:
+    if tuple_delimiter == ",":
+        return _COMMA_FIELDS
+    return re.compile(r"\s*" + re.escape(tuple_delimiter) + r"\s*")
+
+
 class _Fields(list):
     """The fields of a record, remembering where they were so that a run of fields split by a
     delimiter that really belonged to the text can be joined back exactly as written."""
@@ -281,7 +299,7 @@ class _Fields(list):
         self.body = body
         self.spans: list[tuple[int, int]] = []
         pos = 0
-        for m in re.finditer(r"\s*" + re.escape(tuple_delimiter) + r"\s*", body):
+        for m in _separator(tuple_delimiter).finditer(body):
             self.spans.append((pos, m.start()))
             pos = m.end()
         self.spans.append((pos, len(body)))
@@ -391,6 +409,31 @@ def _as_text(value) -> str:
     return str(value)
 
 
+_RELATION_ITEM_KEYS = {"source", "target", "src_id", "tgt_id", "source_entity", "target_entity"}
+
+
+def _record_kind(item: dict) -> str:
+    """The record kind an item of a flat JSON list names for itself ({"type": "entity", ...}), or ""."""
+    kind = str(_first(item, "record_type", "kind", "type")).strip().lower()
+    return kind if kind in _KNOWN_KINDS else ""
+
+
+def _is_relation_item(item: dict) -> bool:
+    kind = _record_kind(item)
+    if kind:
+        return kind in _RELATION_KINDS
+    return bool(_RELATION_ITEM_KEYS & {str(k).lower() for k in item})
+
+
+def _entity_type(item: dict) -> str:
+    """An item's entity type; a "type" that names the record kind ("entity") is not one."""
+    for name in ("entity_type", "type", "category", "label"):
+        value = _as_text(_first(item, name))
+        if value and value.strip().lower() not in _KNOWN_KINDS:
+            return value
+    return ""
+
+
 def _load_json(text: str) -> dict | None:
     """The answer's JSON object with entity/relationship lists, or None. Tries each '{' / '[' start."""
     s = _FENCE.sub("", text).strip()
@@ -398,9 +441,8 @@ def _load_json(text: str) -> dict | None:
     for start in starts:
         data = load_json(s[start:])
         if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
-            rel_keys = {"source", "target", "src_id", "tgt_id"}
-            ents = [x for x in data if not (rel_keys & {str(k).lower() for k in x})]
-            rels = [x for x in data if rel_keys & {str(k).lower() for k in x}]
+            rels = [x for x in data if _is_relation_item(x)]
+            ents = [x for x in data if not _is_relation_item(x)]
             data = {"entities": ents, "relationships": rels}
         if isinstance(data, dict):
             lowered = {str(k).lower(): v for k, v in data.items()}
@@ -422,7 +464,7 @@ def _parse_json(text: str, default_weight: float) -> tuple[_Collected, bool] | N
                 continue
             ok = col.add_entity(
                 _as_text(_first(item, "name", "entity_name", "entity", "title", "id")),
-                _as_text(_first(item, "type", "entity_type", "category", "label")),
+                _entity_type(item),
                 _as_text(_first(item, "description", "entity_description", "desc")),
             )
             col.records, col.malformed = col.records + ok, col.malformed + (not ok)
@@ -476,6 +518,14 @@ def parse_extraction(
         if parsed is not None and (parsed[0].records or parsed[1]):
             col, json_empty = parsed
             explicit_empty = explicit_empty or json_empty
+    if col.records == 0 and not explicit_empty:
+        # no record with the asked delimiter: the model may have written its tuples with another one
+        for other in _OTHER_DELIMITERS:
+            if other != tuple_delimiter and other in body:
+                alt = _parse_tuples(body, other, record_delimiter, complete, default_weight)
+                if alt.records:
+                    col = alt
+                    break
     return ParseResult(
         extraction=col.build(chunk_id), records=col.records, malformed=col.malformed, explicit_empty=explicit_empty
     )

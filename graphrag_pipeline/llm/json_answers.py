@@ -8,7 +8,13 @@ fence, at each '{', the whole text) is the caller's choice.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+# curly quotes where JSON has its own (after `{ [ , :` or before `: , } ]`): some models (and
+# word processors) write a whole object that way; quotes inside the texts are left alone
+_CURLY_OPEN = re.compile(r"([{\[,:]\s*)[\u201c\u201d]")
+_CURLY_CLOSE = re.compile(r"[\u201c\u201d](\s*[:,}\]])")
 
 
 def load_json(text: str) -> Any:
@@ -17,6 +23,12 @@ def load_json(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    if "\u201c" in text or "\u201d" in text:
+        straight = _CURLY_CLOSE.sub(r'"\1', _CURLY_OPEN.sub(r'\1"', text))
+        try:
+            return json.loads(straight)
+        except ValueError:
+            text = straight  # repaired below from the straightened text
     import json_repair
 
     try:

@@ -442,6 +442,61 @@ def _code_version_stale(args: argparse.Namespace, paths: Paths, instance, defs, 
     )
 
 
+_FAILED_CHUNKS = "failed-chunks.json"  # under state/: document -> its chunks without an extraction
+
+
+def _failed_chunks_before(args: argparse.Namespace, store, plan) -> None:
+    """Documents with chunks whose answer could not be used (unparsable after its retries) keep the
+    rest of their extraction and are not asked again by themselves: every later build would pay
+    for the same failing prompts. With `--refresh failed` they are extracted again (the answers
+    kept in the LLM cache are read first: one that a newer parser reads costs no call).
+
+    Which documents those are is kept in state/failed-chunks.json, brought up to date after each
+    build for the documents it extracted (_failed_chunks_after); without it, every document's
+    record is read once."""
+    from graphrag_pipeline.storage.files import read_json, write_json
+
+    marker = store.paths.state_dir / _FAILED_CHUNKS
+    known = read_json(marker, None)
+    if not isinstance(known, dict):
+        known = {k: n for k in plan.order if (n := len((store.subgraph_info(k) or {}).get("failed_chunks") or []))}
+        write_json(known, marker)
+    if getattr(args, "refresh", None) != "failed":
+        return
+    present = set(plan.order)
+    left = [k for k in known if k in present and k not in set(plan.stale)]
+    if left:
+        wanted = set(plan.stale) | set(left)
+        plan.stale = [k for k in plan.order if k in wanted]
+    _say(f"refresh: {len(left)} documents with {sum(known[k] for k in left)} failed chunks are extracted again")
+
+
+def _failed_chunks_after(store, plan) -> None:
+    """Record which of the extracted documents have failed chunks, and say how many are left."""
+    from graphrag_pipeline.storage.files import read_json, write_json
+
+    marker = store.paths.state_dir / _FAILED_CHUNKS
+    known = read_json(marker, None)
+    if not isinstance(known, dict):
+        return
+    present = set(plan.order)
+    now = {k: n for k, n in known.items() if k in present}
+    for k in plan.stale:
+        n = len((store.subgraph_info(k) or {}).get("failed_chunks") or [])
+        if n:
+            now[k] = n
+        else:
+            now.pop(k, None)
+    if now != known:
+        write_json(now, marker)
+    if now:
+        first = sorted(now)[0]
+        _say(
+            f"note: {sum(now.values())} chunks of {len(now)} documents have no extraction: the model's answers "
+            f"could not be parsed (e.g. {first}); `graphrag-pipeline build --refresh failed` asks again"
+        )
+
+
 def _settings_problems() -> list[str]:
     from graphrag_pipeline.settings_check import check_settings
 
@@ -640,6 +695,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         f"{len(plan.stale)} to process"
     )
     _code_version_stale(args, paths, instance, defs, plan)
+    if method != "fast":
+        _failed_chunks_before(args, store, plan)
 
     ok = True
     batches = plan.batches(args.batch_size)
@@ -766,6 +823,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say("everything is up to date")
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
         write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
+    if method != "fast":
+        _failed_chunks_after(store, plan)
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s" + _build_cost(args, paths))
     return 0 if ok else 1
 
@@ -1222,9 +1281,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--refresh",
-        choices=["stale"],
+        choices=["stale", "failed"],
         help="stale: also process the documents built under other settings (model, prompts, chunking: their "
-        "code version changed); without it they are only reported (new LLM calls are a paid decision)",
+        "code version changed); failed: extract again the documents with chunks whose answer could not be "
+        "parsed; without it they are only reported (new LLM calls are a paid decision)",
     )
     b.add_argument(
         "--estimate",

@@ -121,6 +121,29 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert k["light_extract"] == 3 * len(info["failed_chunks"]) + sum(
         json.loads(p.read_text())["chunks"] for p in (home / "tables" / "chunks").glob("*.json")
     ) - len(info["failed_chunks"])
+    failed = len(info["failed_chunks"])
+    assert f"note: {failed} chunks of 1 documents have no extraction" in out and "--refresh failed" in out
+
+    # not asked again by itself (the same prompt would fail again): said at every build
+    before = len(server.requests)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0 and "everything is up to date" in out and "--refresh failed" in out
+    assert len(server.requests) == before
+
+    # the model answers now (a newer model, or a parser that reads what it wrote): asked again when told to
+    fake.extract_override = None
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
+    assert code == 0, out
+    assert f"refresh: 1 documents with {failed} failed chunks are extracted again" in out
+    assert "no extraction" not in out
+    # the cache answers the chunks that worked; the failed ones are asked again
+    assert kinds(server, before)["light_extract"] == failed
+    info = json.loads((home / "tables" / "doc_subgraph" / "turing_and_bletchley_park.txt.json").read_text())
+    assert not info["failed_chunks"] and info["entities"] > 0
+    names = {e["name"].lower() for e in cli_json("query", "Bletchley Park", "--json")["entities"]}
+    assert any("bletchley" in n for n in names)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0 and "everything is up to date" in out and "no extraction" not in out
 
 
 def test_editing_one_document_pays_only_for_changed_chunks_and_communities(server, fake, corpus, home):

@@ -746,6 +746,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                     "merged_pairs",
                     "communities",
                     "communities_changed",
+                    "llm_truncated_answers",
                 ),
             )
         )
@@ -759,7 +760,17 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             graph_done = success
             _say(
                 f"  {'done' if success else 'FAILED'}: "
-                + _describe(events, ("entities", "relations", "merged_pairs", "communities", "communities_changed"))
+                + _describe(
+                    events,
+                    (
+                        "entities",
+                        "relations",
+                        "merged_pairs",
+                        "communities",
+                        "communities_changed",
+                        "llm_truncated_answers",
+                    ),
+                )
             )
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
@@ -786,6 +797,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                         (
                             "reports",
                             "llm_calls",
+                            "llm_truncated_answers",
                             "entities",
                             "relations",
                             "community_reports",

@@ -36,6 +36,7 @@ class Reply:
     raw_body: str | None = None  # send this exact body (malformed JSON tests)
     prompt_tokens: int = 11  # reported in `usage` (fixed values so tests can tell them from tiktoken counts)
     completion_tokens: int = 3
+    finish_reason: str = "stop"  # "length": the answer was cut at the output limit
 
 
 Responder = Callable[[dict], "Reply | str"]
@@ -214,7 +215,7 @@ class ScriptedLLMServer:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": reply.text},
-                    "finish_reason": "stop",
+                    "finish_reason": reply.finish_reason,
                     "logprobs": None,
                 }
             ],

@@ -13,6 +13,7 @@ from email.utils import formatdate
 import numpy as np
 import pytest
 
+from graphrag_pipeline.defs.llm_step import llm_metadata
 from graphrag_pipeline.ingest.tokens import count_tokens
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.client import (
@@ -25,6 +26,7 @@ from graphrag_pipeline.llm.client import (
     redact_url,
 )
 from graphrag_pipeline.llm.json_answers import parse_json_reply
+from graphrag_pipeline.llm.usage import LLMUsage
 from graphrag_pipeline_tests.llm_server import TEST_API_KEY, Reply, ScriptedLLMServer, client_for, embedding_vector
 
 MSG = [
@@ -75,7 +77,21 @@ def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
         "completion_tokens": 0,
         "cost_usd": 0.0,  # a cached answer costs nothing
         "unpriced_calls": 0,
+        "truncated": 0,
     }
+
+
+def test_answers_cut_at_the_output_limit_are_counted_fresh_and_cached(llm_server, kv):
+    llm_server.script(Reply('("entity"<|>"A"<|>"X"<|>"cut he', finish_reason="length"), Reply("whole"))
+    client = client_for(llm_server, cache=kv)
+    assert client.chat(MSG).text.endswith("cut he")  # returned as it came: the parser takes what is whole
+    assert client.usage_snapshot().truncated == 1
+    assert client.chat(MSG).cached and client.usage_snapshot().truncated == 2  # served again: still cut
+    assert client.chat([{"role": "user", "content": "other"}]).text == "whole"
+    u = client.usage_snapshot()
+    assert (u.calls, u.cache_hits, u.truncated) == (2, 1, 2)
+    assert llm_metadata(u)["llm_truncated_answers"] == 2
+    assert "llm_truncated_answers" not in llm_metadata(LLMUsage(calls=3))
 
 
 def test_use_cache_false_and_empty_answers_are_not_cached(llm_server, kv):

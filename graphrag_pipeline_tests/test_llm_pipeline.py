@@ -11,7 +11,7 @@ import pytest
 
 from graphrag_pipeline.extract.llm import loop_logit_bias
 from graphrag_pipeline_tests.conftest import cli, cli_json
-from graphrag_pipeline_tests.fake_llm import FakeLLM, classify
+from graphrag_pipeline_tests.fake_llm import FakeLLM, _text_of, classify, records_for
 from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer
 
 SECRET = "test-key-SECRET-do-not-leak"
@@ -104,9 +104,15 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
         if p.name not in ("darwin_and_wallace.txt", "turing_and_bletchley_park.txt"):
             p.unlink()
 
+    cut = []
+
     def override(prompt):
         if "Bletchley" in prompt:
             return "Sorry, I cannot help with that."  # never parses: the chunk fails, the document survives
+        if "Wallace" in prompt:  # cut at the endpoint's output limit: parsed as far as it goes, and said
+            whole = records_for(_text_of(prompt), True, False)
+            cut.append(prompt)
+            return Reply(text=whole[: len(whole) // 2], finish_reason="length")
         return None
 
     fake.extract_override = override
@@ -121,6 +127,7 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert k["light_extract"] == 3 * len(info["failed_chunks"]) + sum(
         json.loads(p.read_text())["chunks"] for p in (home / "tables" / "chunks").glob("*.json")
     ) - len(info["failed_chunks"])
+    assert cut and f"llm_truncated_answers={len(cut)}" in out
     failed = len(info["failed_chunks"])
     assert f"note: {failed} chunks of 1 documents have no extraction" in out and "--refresh failed" in out
 

@@ -182,6 +182,11 @@ def doc_subgraph(
     stats = result.stats
     for failure in stats.failed_chunks:
         context.log.warning(f"{failure['doc_id']}: chunk {failure['chunk_id']} failed: {failure['error']}")
+    if stats.llm.truncated:
+        context.log.warning(
+            f"{stats.llm.truncated} answers were cut at the endpoint's output limit (finish_reason=length) and "
+            "parsed as far as they go: raise the server's maximum output tokens for complete extractions"
+        )
     rows = []
     per_document = {}
     mentions = {"entity_mentions": 0, "relation_mentions": 0, "dropped_relations": 0}

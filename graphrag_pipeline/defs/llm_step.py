@@ -53,6 +53,8 @@ def llm_metadata(usage: LLMUsage) -> dict:
     }
     if usage.unpriced_calls:
         meta["llm_unpriced_calls"] = usage.unpriced_calls
+    if usage.truncated:  # answers cut at the endpoint's output limit: parsed as far as they go
+        meta["llm_truncated_answers"] = usage.truncated
     return meta
 
 
@@ -62,7 +64,7 @@ def stop_metadata(budget_exceeded: bool) -> dict:
     return {"budget_exceeded": True} if budget_exceeded else {"endpoint_down": True}
 
 
-USAGE_KEYS = ("llm_calls", "llm_cache_hits", "prompt_tokens", "completion_tokens", "cost_usd")
+USAGE_KEYS = ("llm_calls", "llm_cache_hits", "prompt_tokens", "completion_tokens", "cost_usd", "llm_truncated_answers")
 
 
 def run_llm_summary(materializations) -> dict[str, float]:

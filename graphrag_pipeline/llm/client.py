@@ -398,6 +398,7 @@ class LLMClient:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         priced: bool = True,
+        truncated: bool = False,
     ) -> float:
         """Count usage; returns the calls' cost at the chat model's price (``priced=False``: calls
         whose price is not known here, e.g. embeddings, counted as unpriced)."""
@@ -411,6 +412,7 @@ class LLMClient:
             self.usage.cost_usd += cost
             if calls and price is None:
                 self.usage.unpriced_calls += calls
+            self.usage.truncated += int(truncated)
             # the running totals, for a build's progress display (a no-op unless the CLI listens)
             progress.llm_usage(self._progress_source, LLMUsage(**self.usage.to_dict()))
         return cost
@@ -683,7 +685,7 @@ class LLMClient:
         if key is not None and use_cache:
             hit = self.cache.get(key)
             if isinstance(hit, dict) and hit.get("text"):
-                self._count(cache_hits=1)
+                self._count(cache_hits=1, truncated=bool(hit.get("truncated")))
                 return ChatResult(
                     text=answer_text(hit["text"]),
                     cached=True,
@@ -706,12 +708,12 @@ class LLMClient:
                 text = choice.message.content or ""
             except (AttributeError, IndexError, TypeError, KeyError):
                 raise _Retryable(f"malformed response (no choices[0].message in {type(resp).__name__})") from None
-            return resp, text
+            return resp, text, getattr(choice, "finish_reason", None) == "length"
 
         reserved = self._reserve(messages, max_tokens)
         cost = 0.0
         try:
-            resp, text = self._with_retries("chat request", request)
+            resp, text, truncated = self._with_retries("chat request", request)
             usage = getattr(resp, "usage", None)
             prompt_tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
             completion_tokens = getattr(usage, "completion_tokens", None) if usage is not None else None
@@ -720,12 +722,15 @@ class LLMClient:
             if completion_tokens is None:
                 completion_tokens = count_tokens(text)
             prompt_tokens, completion_tokens = int(prompt_tokens), int(completion_tokens)
-            cost = self._count(calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+            cost = self._count(
+                calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, truncated=truncated
+            )
         finally:
             if reserved is not None:
                 budgets.current().settle(reserved, cost)
         if key is not None and text:
-            self.cache.put(key, {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
+            entry = {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+            self.cache.put(key, {**entry, "truncated": True} if truncated else entry)
         return ChatResult(
             text=answer_text(text), cached=False, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )

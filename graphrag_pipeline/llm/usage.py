@@ -13,6 +13,9 @@ class LLMUsage:
     completion_tokens: int = 0
     cost_usd: float = 0.0  # of the calls made at a known price
     unpriced_calls: int = 0  # calls made at an unknown price (their cost is not in cost_usd)
+    # answers the endpoint cut at its output limit (finish_reason "length"), fresh or from the cache;
+    # said in the steps' metadata, not kept in the ledger
+    truncated: int = 0
 
     def add(self, other: LLMUsage) -> None:
         self.calls += other.calls
@@ -21,6 +24,7 @@ class LLMUsage:
         self.completion_tokens += other.completion_tokens
         self.cost_usd += other.cost_usd
         self.unpriced_calls += other.unpriced_calls
+        self.truncated += other.truncated
 
     def minus(self, other: LLMUsage) -> LLMUsage:
         """What was used since ``other`` (an earlier snapshot of the same counter)."""
@@ -31,6 +35,7 @@ class LLMUsage:
             self.completion_tokens - other.completion_tokens,
             self.cost_usd - other.cost_usd,
             self.unpriced_calls - other.unpriced_calls,
+            self.truncated - other.truncated,
         )
 
     def row(self) -> tuple:

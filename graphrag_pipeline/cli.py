@@ -268,6 +268,10 @@ def _plain_error(message: str) -> str:
     return message
 
 
+# what the progress line of a run that merges, resolves and clusters shows
+_GRAPH_SHOWN = ("entities", "relations", "merged_pairs", "communities", "communities_changed", "llm_truncated_answers")
+
+
 def _describe(events: list, keys: tuple[str, ...]) -> str:
     seen = {}
     for ev in events:
@@ -733,22 +737,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         graph_done = last and success
         _say(
             f"  {'done' if success else 'FAILED'}: "
-            + _describe(
-                events,
-                (
-                    "documents",
-                    "chunks",
-                    "skipped",
-                    "entity_mentions",
-                    "cache_hits",
-                    "entities",
-                    "relations",
-                    "merged_pairs",
-                    "communities",
-                    "communities_changed",
-                    "llm_truncated_answers",
-                ),
-            )
+            + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits", *_GRAPH_SHOWN))
         )
     progress.finish("documents")
 
@@ -758,20 +747,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             success, events = _run_job(defs, instance, "graph_job", ops=recluster)
             ok &= success
             graph_done = success
-            _say(
-                f"  {'done' if success else 'FAILED'}: "
-                + _describe(
-                    events,
-                    (
-                        "entities",
-                        "relations",
-                        "merged_pairs",
-                        "communities",
-                        "communities_changed",
-                        "llm_truncated_answers",
-                    ),
-                )
-            )
+            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, _GRAPH_SHOWN))
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(asset_key("community_reports"))

@@ -469,9 +469,11 @@ def _failed_chunks_before(args: argparse.Namespace, store, plan) -> None:
         return
     present = set(plan.order)
     left = [k for k in known if k in present and k not in set(plan.stale)]
-    if left:
-        wanted = set(plan.stale) | set(left)
-        plan.stale = [k for k in plan.order if k in wanted]
+    if not left:
+        _say("refresh: no document has failed chunks")
+        return
+    wanted = set(plan.stale) | set(left)
+    plan.stale = [k for k in plan.order if k in wanted]
     _say(f"refresh: {len(left)} documents with {sum(known[k] for k in left)} failed chunks are extracted again")
 
 

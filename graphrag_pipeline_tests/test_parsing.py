@@ -548,6 +548,100 @@ def test_the_asked_delimiter_wins_over_the_others():
     assert ents(r) == {"A|B, Inc.": ("ORG", "x, y | z"), "C": ("ORG", "w")}
 
 
+# The ways small models (7B-class, recorded in public LLM caches) end and join records: minimal
+# versions of recorded answers, each with what it must give.
+TWO = '("entity"<|>"A"<|>"org"<|>"d1")##\n("entity"<|>"B"<|>"org"<|>"d2")##\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "entities", "relations", "keywords"),
+    [
+        (  # records closed with `">` instead of `")`
+            '("entity"<|>"A"<|>"geo"<|>"desc one">\n("entity"<|>"B"<|>"geo"<|>"desc two">\n<|COMPLETE|>',
+            {"A": ("GEO", "desc one"), "B": ("GEO", "desc two")},
+            {},
+            [],
+        ),
+        (  # `">)`, and the completion marker without its brackets (the last record is not cut)
+            '("entity"<|>"A"<|>"geo"<|>"d1">)\n("content_keywords"<|>"k1, k2">)\n|COMPLETE|',
+            {"A": ("GEO", "d1")},
+            {},
+            ["k1", "k2"],
+        ),
+        (  # pieces of delimiters after the closing parenthesis
+            '("entity"<|>"A"<|>"org"<|>"d1.")<|\n("entity"<|>"B"<|>"org"<|>"d2.")<|##\n<|COMPLETE|>',
+            {"A": ("ORG", "d1."), "B": ("ORG", "d2.")},
+            {},
+            [],
+        ),
+        (  # `|>` for `<|>` between two quoted fields
+            TWO + '("relationship"<|>"A"<|>"B"<|>"rel desc."|>"kw one"<|>8)##\n<|COMPLETE|>',
+            {"A": ("ORG", "d1"), "B": ("ORG", "d2")},
+            {("A", "B"): ("rel desc.", ["kw one"], 8.0)},
+            [],
+        ),
+        (  # the prompt's <placeholders> copied around the values, a delimiter before the end
+            '("entity"<|><\u957f\u7f16\u7ec4><|><category><|>\u63cf\u8ff0><|>)\n<|COMPLETE|>',
+            {"\u957f\u7f16\u7ec4": ("CATEGORY", "\u63cf\u8ff0")},
+            {},
+            [],
+        ),
+        (  # a description that opens with a quoted word, no completion marker
+            '("entity"<|>"Organization"<|>"person"<|>"Person" is a fictional character)',
+            {"Organization": ("PERSON", '"Person" is a fictional character')},
+            {},
+            [],
+        ),
+        (  # a sentence in the type's place: no type, the sentence is the description
+            '("entity"<|>"Org"<|>"lamp" is an entity representing a company.")\n<|COMPLETE|>',
+            {"Org": ("UNKNOWN", 'lamp" is an entity representing a company.')},
+            {},
+            [],
+        ),
+        (  # `"))` at the end of a record
+            '("entity"<|>"A"<|>"person"<|>"desc."))\n<|COMPLETE|>',
+            {"A": ("PERSON", "desc.")},
+            {},
+            [],
+        ),
+        (  # a Light relation without strength whose keywords are one keyword
+            TWO + '("relationship"<|>"A"<|>"B"<|>"desc"<|>"partnership")##\n<|COMPLETE|>',
+            {"A": ("ORG", "d1"), "B": ("ORG", "d2")},
+            {("A", "B"): ("desc", ["partnership"], 1.0)},
+            [],
+        ),
+        (  # pieces of a delimiter stuck to a keyword
+            '("entity"<|>"A"<|>"geo"<|>"d")##\n("content_keywords"<|>|>power dynamics, conflict")<|COMPLETE|>',
+            {"A": ("GEO", "d")},
+            {},
+            ["power dynamics", "conflict"],
+        ),
+    ],
+)
+def test_how_small_models_end_and_join_records(text, entities, relations, keywords):
+    r = parse_extraction(text, "c")
+    assert r.ok
+    assert ents(r) == entities
+    assert rels(r) == relations
+    assert r.extraction.content_keywords == keywords
+
+
+def test_closing_marks_inside_texts_are_kept():
+    # what the record-end rules must not take from a text: a path in angle brackets, an arrow, a
+    # parenthesis of the description, a long fourth field of a relation (the description's rest)
+    text = (
+        '("entity"<|>"<linux/module.h>"<|>"header"<|>"declares module_init (and more)")##\n'
+        '("entity"<|>"B"<|>"concept"<|>"maps A -> B")##\n'
+        '("relationship"<|>"<linux/module.h>"<|>"B"<|>"first half"<|>"and the second half of it")##\n<|COMPLETE|>'
+    )
+    r = parse_extraction(text, "c")
+    assert ents(r) == {
+        "<linux/module.h>": ("HEADER", "declares module_init (and more)"),
+        "B": ("CONCEPT", "maps A -> B"),
+    }
+    assert rels(r) == {("<linux/module.h>", "B"): ('first half"<|>"and the second half of it', [], 1.0)}
+
+
 # ---------------------------------------------------------------------------------------------
 # yes / no and numbered answers
 # ---------------------------------------------------------------------------------------------
@@ -565,6 +659,9 @@ def test_the_asked_delimiter_wins_over_the_others():
         ("  no\n", False),
         ("N", False),
         ("No.", False),
+        ("There are no more entities.", False),
+        ("Nothing else is missing.", False),
+        ("I think there are more to add.", None),
         ("NO<|COMPLETE|>", False),
         ("Maybe", None),
         ("", None),

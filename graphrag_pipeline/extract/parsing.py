@@ -22,17 +22,23 @@ the closing strength, so the commas of a description stay in it).
 Record rules:
 - entity: (entity, name, type[, description...]); more than 4 fields -> the extra fields were a
   delimiter inside the description and are joined back with the delimiter text.  Empty name ->
-  malformed; empty type -> "UNKNOWN".  Names that differ only in case/quotes are one entity (first
-  display name and first known type kept; different descriptions appended with "\\n").
+  malformed; empty type -> "UNKNOWN"; a sentence in the type's place (quotes, more than 5 words)
+  -> "UNKNOWN", the sentence the description if there is none.  Names that differ only in
+  case/quotes are one entity (first display name and first known type kept; different
+  descriptions appended with "\\n").
 - relationship / relation: (relationship, source, target[, description[, ...]]).  4 fields: no
-  strength.  5 fields: the last is the strength (General) -- unless it is not a number and contains
-  a comma or semicolon, then it is a keyword list (Light without strength).  6 or more fields: the
+  strength.  5 fields: the last is the strength (General) -- unless it is not a number: then a
+  keyword list (Light without strength) when it has a comma or semicolon or is at most 4 words,
+  else the rest of the description.  6 or more fields: the
   last is the strength, the one before it the keywords, the rest is the description.  A strength
   that is not a number ("high", "", "N/A") is `default_weight`; "8/10" is 8.0.
 - Relations to entities not extracted in the same answer, and self-relations, are dropped and
   counted in `Extraction.dropped_relations`.  A relation repeated for the same (unordered) pair in
   one answer (gleaning repeats records) is kept once: descriptions appended, keywords unioned,
   the larger weight kept.
+- Record ends: `)` (also `))` after a quote, and with pieces of delimiters after it: `)<|`), or `>`
+  after a quote or a word (`..."desc">`); the completion marker also without its angle brackets;
+  `|>` between two quoted fields is the tuple delimiter with its `<` dropped.
 - Truncation: when the answer has no completion marker, its last record is dropped (and counted
   as malformed) if it lacks its closing parenthesis or its last field opens a quote it never closes.
 - content_keywords / high_level_keywords: comma/semicolon separated keywords.
@@ -98,6 +104,10 @@ def _unquote(text: str) -> str:
     while len(s) >= 4 and s.startswith("**") and s.endswith("**"):
         s = s[2:-2].strip()
     opened = bool(s) and s[0] in _QUOTE_CHARS
+    if opened and len(s) >= 3 and s[-1] in ")>\uff09" and s[-2] in _QUOTE_CHARS:
+        s = s[:-1]  # `"text")`, `"text">`: a record's end left after the closing quote
+    if opened and s[-1] not in _QUOTE_CHARS and _balanced(s):
+        return s.strip()  # `"Person" is a character`: the text starts with a quoted word
     if opened:
         s = s[1:]
     if s and s[-1] in _QUOTE_CHARS:
@@ -112,10 +122,39 @@ def _unquote(text: str) -> str:
     return s.strip()
 
 
+def _plausible_type(etype: str) -> bool:
+    """An entity type is a word or a short phrase: no quotes inside, at most 5 words, 60 characters."""
+    t = etype.strip()
+    return len(t) <= 60 and len(t.split()) <= 5 and not any(q in t for q in _QUOTE_CHARS)
+
+
+_WRAPPED = re.compile(r"^<([^<>/\\.|]+)>$")
+
+
+def _unwrap(text: str) -> str:
+    """`<NAME>` -> `NAME`: the prompt's placeholders (<entity_name>) copied around the value; and a
+    lone `>` ending a text that opens none (`desc>`). A path such as `<linux/module.h>` is kept."""
+    m = _WRAPPED.match(text)
+    if m:
+        return m.group(1).strip()
+    if text.endswith(">") and "<" not in text and not text.endswith(("->", "=>")):
+        return text[:-1].rstrip()
+    return text
+
+
+def _balanced(s: str) -> bool:
+    """Whether the quote that opens `s` is closed further on in it."""
+    opening = s[0]
+    closing = next((k for k, v in _OPENING.items() if v == opening), opening)
+    if closing == opening:
+        return s.count(opening) % 2 == 0
+    return s.count(closing) >= s.count(opening)
+
+
 def _split_keywords(text: str) -> list[str]:
     out: list[str] = []
     for part in _KEYWORD_SPLIT.split(text):
-        k = _unquote(part)
+        k = _unquote(_unquote(part).strip("<|>"))  # pieces of a delimiter around a keyword dropped
         if k and k not in out:
             out.append(k)
     return out
@@ -136,7 +175,12 @@ def _parse_weight(value) -> float | None:
 def _strip_completion(text: str, completion_delimiter: str) -> tuple[str, bool]:
     if not completion_delimiter:
         return text, False
-    m = re.search(re.escape(completion_delimiter), text, re.IGNORECASE)
+    core = completion_delimiter.strip("<>")
+    if core and core != completion_delimiter:  # <|COMPLETE|> also as |COMPLETE|, <|COMPLETE| or |COMPLETE|>
+        pattern = "<?" + re.escape(core) + ">?"
+    else:
+        pattern = re.escape(completion_delimiter)
+    m = re.search(pattern, text, re.IGNORECASE)
     if m is None:
         return text, False
     return text[: m.start()], True
@@ -160,8 +204,11 @@ class _Collected:
         key = entity_key(name)
         if not key:
             return False
-        etype = clean_type(etype)
         description = description.strip()
+        if not _plausible_type(etype):  # a sentence where the type goes: the description, of no known type
+            description = description or etype.strip()
+            etype = ""
+        etype = clean_type(etype)
         slot = self.entities.get(key)
         if slot is None:
             self.entities[key] = [name, etype, [description] if description else []]
@@ -253,7 +300,14 @@ _MENTION = re.compile(
     r"\s*" + _Q + r"?\s*(?=[|<,\t]))()",
     re.IGNORECASE | re.MULTILINE,
 )
-_CLOSE = re.compile(r"[)\uff09][ \t*`]*(?=\n|$)")
+# what may follow a record's closing parenthesis on its line: blanks, markdown, and pieces of the
+# delimiters small models write there (`)<|`, `)<|>`, `)|`)
+_TRAILER = r"(?:[ \t*`]|<\|?>?|\|>?|##)*"
+# a record's end: `)` (after a closing quote, `))` too), or `>` after a closing quote or a word
+# (`..."desc">`, `...desc>`: models that close records the way the prompt's <|> ends), at the end of a line
+_CLOSE = re.compile(
+    r"(?:(?<=" + _Q + r")>?[)\uff09]{1,2}|[)\uff09]|(?<=" + _Q + r")>|(?<=\w)>(?!\w))" + _TRAILER + r"(?=\n|$)"
+)
 
 
 def _record_body(segment: str, record_delimiter: str) -> tuple[str, bool]:
@@ -274,10 +328,13 @@ def _record_body(segment: str, record_delimiter: str) -> tuple[str, bool]:
     return _FENCE.sub("", segment).rstrip(" \t\r\n*`"), delimited
 
 
-def _unterminated(field_text: str) -> bool:
-    """A field that opens a quote and never closes it (the answer was cut inside it)."""
+def _unterminated(field_text: str, closed: bool = False) -> bool:
+    """A field that opens a quote and never closes it (the answer was cut inside it). In a closed
+    record, a field whose first quote is closed further on (`"Person" is a character`) is whole."""
     s = field_text.strip()
-    return bool(s) and s[0] in _QUOTE_CHARS and (len(s) == 1 or s[-1] not in _QUOTE_CHARS)
+    if not s or s[0] not in _QUOTE_CHARS or (len(s) > 1 and s[-1] in _QUOTE_CHARS):
+        return False
+    return not (closed and _balanced(s))
 
 
 # A comma separates fields only where a quoted field ends or begins, or before a closing number (the
@@ -288,6 +345,8 @@ _COMMA_FIELDS = re.compile(r"(?<=[\"'\u201d\u2019])[ \t]*,\s*|\s*,[ \t]*(?=[\"'\
 def _separator(tuple_delimiter: str) -> re.Pattern:
     if tuple_delimiter == ",":
         return _COMMA_FIELDS
+    if tuple_delimiter == "<|>":  # also "|>" between two quoted fields: the "<" dropped
+        return re.compile(r"\s*(?:<\|>|(?<=" + _Q + r")\|>(?=\s*" + _Q + r"))\s*")
     return re.compile(r"\s*" + re.escape(tuple_delimiter) + r"\s*")
 
 
@@ -304,6 +363,9 @@ class _Fields(list):
             pos = m.end()
         self.spans.append((pos, len(body)))
         super().__init__(body[a:b] for a, b in self.spans)
+        while len(self) > 1 and not self[-1].strip():  # a delimiter before the record's end: no field
+            self.pop()
+            self.spans.pop()
 
     def joined(self, start: int, stop: int | None = None) -> str:
         """Fields start..stop-1 as one unquoted text (with the delimiters between them)."""
@@ -345,7 +407,7 @@ def _parse_tuples(
             col.malformed += 1
             continue
         fields = _Fields(body, tuple_delimiter)
-        if last and not answer_complete and (not closed or _unterminated(fields[-1])):
+        if last and not answer_complete and (not closed or _unterminated(fields[-1], closed)):
             col.malformed += 1  # cut mid-record: its last field is incomplete
             continue
         if _parse_fields(col, kind, fields, default_weight):
@@ -363,7 +425,8 @@ def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: f
     if kind in _ENTITY_KINDS:
         if len(fields) < 2:
             return False
-        return col.add_entity(_unquote(fields[0]), _unquote(fields[1]), fields.joined(2))
+        name, etype, description = (_unwrap(t) for t in (_unquote(fields[0]), _unquote(fields[1]), fields.joined(2)))
+        return col.add_entity(name, etype, description)
     # relationship
     if len(fields) < 2:
         return False
@@ -373,11 +436,13 @@ def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: f
     description_end = len(fields)
     if len(fields) == 4:  # (description, strength) -- or (description, keywords) from a Light answer
         w = _parse_weight(fields[3])
-        if w is None and _KEYWORD_SPLIT.search(fields[3]):
-            keywords = _split_keywords(_unquote(fields[3]))
-        elif w is not None:
+        if w is not None:
             weight = w
-        description_end = 3
+            description_end = 3
+        elif _KEYWORD_SPLIT.search(fields[3]) or len(_unquote(fields[3]).split()) <= 4:
+            keywords = _split_keywords(_unquote(fields[3]))  # a keyword list, or one keyword
+            description_end = 3
+        # else: longer text, the description's second half (a delimiter inside it)
     elif len(fields) >= 5:  # (description..., keywords, strength)
         w = _parse_weight(fields[-1])
         weight = default_weight if w is None else w
@@ -536,6 +601,13 @@ _YES_NO = re.compile(
 )
 
 
+_NOTHING_MORE = re.compile(
+    r"\b(?:no|not\s+any)\s+(?:more|additional|further|other|missing)\b|\bnothing\s+(?:else|more|is\s+missing)\b"
+    r"|\u6ca1\u6709",
+    re.IGNORECASE,
+)
+
+
 def parse_yes_no(text: str) -> bool | None:
     """YES / Y / "yes." / "Yes, there are more" -> True; NO / N -> False; anything else -> None."""
     if text is None:
@@ -545,7 +617,8 @@ def parse_yes_no(text: str) -> bool | None:
     s = re.sub(r"^(?:answer|final answer)\s*[:：]\s*", "", s, flags=re.IGNORECASE).strip(_QUOTE_CHARS + "*_ ")
     m = _YES_NO.match(s)
     if not m:
-        return None
+        # "There are no more entities.": a sentence that says nothing is missing
+        return False if _NOTHING_MORE.search(s) else None
     return m.group(1).lower() in ("yes", "y", "true", "\u662f", "\u662f\u7684")
 
 

@@ -25,7 +25,8 @@ from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.usage import LLMUsage
 
-EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v1", "general": "general-v1"}
+# the parser is part of an LLM extractor: v2 reads more of what small models write
+EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v2", "general": "general-v2"}
 METHODS = tuple(EXTRACTOR_VERSIONS)
 
 

@@ -77,7 +77,6 @@ def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
         "completion_tokens": 0,
         "cost_usd": 0.0,  # a cached answer costs nothing
         "unpriced_calls": 0,
-        "truncated": 0,
     }
 
 

@@ -45,6 +45,8 @@ class LLMUsage:
     def to_dict(self) -> dict[str, int | float]:
         out = asdict(self)
         out["cost_usd"] = round(self.cost_usd, 6)
+        if not self.truncated:  # not kept in the ledger: totals read from it never have any
+            del out["truncated"]
         return out
 
     def describe_cost(self) -> str:

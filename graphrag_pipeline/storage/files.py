@@ -82,9 +82,16 @@ def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False) -> 
 
 
 def copy_file(source: Path, target: Path) -> None:
-    """Copy `source` onto `target` atomically (a byte copy: no table is decoded and encoded again)."""
+    """Copy `source` onto `target` atomically (a byte copy: no table is decoded and encoded again).
+
+    A hard link where the file system allows one: no file here is ever changed in place (every
+    write goes to a new file renamed over the old name), so two names of one file stay equal, and
+    a graph of a million edges passed from stage to stage costs no copy of its bytes."""
     with atomic_path(target, Path(source).suffix) as tmp:
-        shutil.copyfile(source, tmp)
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or links not supported
+            shutil.copyfile(source, tmp)
 
 
 _PARQUET_MAGIC = b"PAR1"

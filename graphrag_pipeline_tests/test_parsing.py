@@ -642,6 +642,60 @@ def test_closing_marks_inside_texts_are_kept():
     assert rels(r) == {("<linux/module.h>", "B"): ('first half"<|>"and the second half of it', [], 1.0)}
 
 
+def test_what_the_looser_rules_leave_alone():
+    # names in angle brackets stay names, with their relations; a <placeholder value> is unwrapped
+    # on both the entity and its relations
+    r = parse_extraction(
+        '("entity"<|><T><|>concept<|>a type parameter)##\n("entity"<|><Charles Darwin><|><person><|>naturalist>)##\n'
+        '("relationship"<|><T><|><Charles Darwin><|>named after<|>3)<|COMPLETE|>',
+        "c",
+    )
+    assert ents(r) == {"<T>": ("CONCEPT", "a type parameter"), "Charles Darwin": ("PERSON", "naturalist")}
+    assert rels(r) == {("<T>", "Charles Darwin"): ("named after", [], 3.0)}
+    # comma-separated fields without quotes: nothing to read, so the chunk is asked again (not ok)
+    r = parse_extraction(
+        "(entity, Bob Smith, person, born in Paris, a painter)\n(relationship, Bob Smith, Paris, born there, 8)"
+        "<|COMPLETE|>",
+        "c",
+    )
+    assert not r.ok
+    # the completion marker without brackets ends an answer only at the end of a line
+    r = parse_extraction(
+        '("entity"<|>"A"<|>"status"<|>"a |COMPLETE| flag")##\n("entity"<|>"B"<|>"x"<|>"y")\n|COMPLETE|', "c"
+    )
+    assert ents(r) == {"A": ("STATUS", "a |COMPLETE| flag"), "B": ("X", "y")}
+    # a word or a commented number as a General strength is a strength, not a keyword
+    for strength, weight in (("high", 1.0), ("N/A", 1.0), ("8 (strong)", 8.0)):
+        r = parse_extraction(TWO + f'("relationship"<|>"A"<|>"B"<|>"desc"<|>{strength})<|COMPLETE|>', "c")
+        assert rels(r) == {("A", "B"): ("desc", [], weight)}, strength
+    # chatter after the last record: a closing tag, a line in parentheses, a smiley
+    for chatter in ("</output>", "(end of entities)", "I hope this helps :)"):
+        r = parse_extraction(TWO + f'("relationship"<|>"A"<|>"B"<|>"desc"<|>7)\n{chatter}', "c")
+        assert rels(r) == {("A", "B"): ("desc", [], 7.0)}, chatter
+    # an answer cut right after a delimiter piece or a `>` is cut: its last record is dropped
+    for cut in ('("entity"<|>"B"<|>"x"<|>"born (1859)<|', '("entity"<|>"B"<|>"x"<|>"tag <b>'):
+        r = parse_extraction('("entity"<|>"A"<|>"x"<|>"d")##\n' + cut, "c")
+        assert set(ents(r)) == {"A"} and r.malformed == 1, cut
+
+
+def test_gleaned_records_count_when_the_first_answer_ends_without_brackets():
+    from graphrag_pipeline.extract.llm import ExtractionSettings, extract_chunk
+    from graphrag_pipeline.llm.client import ChatResult
+
+    answers = [
+        '("entity"<|>"Ada"<|>"person"<|>"a")##\n("entity"<|>"Bab"<|>"machine"<|>"b")\n|COMPLETE|\nDone!',
+        '("entity"<|>"Cy"<|>"person"<|>"c")##\n("relationship"<|>"Ada"<|>"Cy"<|>"knew"<|>4)\n<|COMPLETE|',
+    ]
+
+    class Scripted:
+        def chat(self, messages, **kw):
+            return ChatResult(answers.pop(0), False, 1, 1)
+
+    out = extract_chunk(Scripted(), "text", "c", ExtractionSettings(method="general"))
+    assert {e.name for e in out.extraction.entities} == {"Ada", "Bab", "Cy"}
+    assert [(r.source, r.target, r.weight) for r in out.extraction.relations] == [("Ada", "Cy", 4.0)]
+
+
 # ---------------------------------------------------------------------------------------------
 # yes / no and numbered answers
 # ---------------------------------------------------------------------------------------------
@@ -662,6 +716,7 @@ def test_closing_marks_inside_texts_are_kept():
         ("There are no more entities.", False),
         ("Nothing else is missing.", False),
         ("I think there are more to add.", None),
+        ("There are no more than three.", None),
         ("NO<|COMPLETE|>", False),
         ("Maybe", None),
         ("", None),

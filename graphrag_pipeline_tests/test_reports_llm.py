@@ -236,6 +236,20 @@ def test_json_written_with_curly_quotes_is_read():
     assert parsed["rating"] == 7.5 and len(parsed["findings"]) == 2
 
 
+def test_curly_quotes_inside_straight_json_are_left_alone():
+    # straight JSON (cut, so repaired) whose texts quote with curly quotes: read as written
+    full = report_json(
+        findings=[
+            {"summary": "The motto", "explanation": "Its motto is \u201cNullius in verba\u201d, take nobody's word."},
+            {"summary": "Halley financed the Principia", "explanation": "He paid for the printing."},
+        ]
+    )
+    full = json.dumps(json.loads(full), ensure_ascii=False)
+    parsed = parse_report_json(full[: full.index("He paid for") + 6])
+    assert parsed["findings"][0]["explanation"] == "Its motto is \u201cNullius in verba\u201d, take nobody's word."
+    assert parsed["findings"][1]["summary"] == "Halley financed the Principia"
+
+
 def test_truncated_json_is_completed():
     full = report_json()
     cut = full[: full.index("He paid for") + 6]  # cut inside the last finding's explanation

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from graphrag_pipeline.extract.parsing import parse_extraction, parse_yes_no
+from graphrag_pipeline.extract.parsing import parse_extraction, parse_yes_no, strip_completion
 from graphrag_pipeline.extract.records import Extraction
 from graphrag_pipeline.ingest.tokens import encoding
 from graphrag_pipeline.llm import prompts
@@ -126,8 +126,8 @@ def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: Extrac
         history.pop()
         if verdict is not True:
             break
-    # each answer ends with the completion marker, after which a parser stops reading: join the
-    # answers without their markers so gleaned records count
-    combined = prompts.RECORD_DELIMITER.join(a.replace(prompts.COMPLETION_DELIMITER, "") for a in answers)
+    # each answer ends with the completion marker (as the parser knows it: also without its
+    # brackets), after which a parser stops reading: join the answers cut there so gleaned records count
+    combined = prompts.RECORD_DELIMITER.join(strip_completion(a, prompts.COMPLETION_DELIMITER)[0] for a in answers)
     result = parse_extraction(combined + prompts.COMPLETION_DELIMITER, chunk_id)
     return ChunkOutcome(result.extraction, raw="", gleaning_rounds=rounds)

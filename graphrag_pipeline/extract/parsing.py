@@ -131,15 +131,33 @@ def _plausible_type(etype: str) -> bool:
 _WRAPPED = re.compile(r"^<([^<>/\\.|]+)>$")
 
 
-def _unwrap(text: str) -> str:
-    """`<NAME>` -> `NAME`: the prompt's placeholders (<entity_name>) copied around the value; and a
-    lone `>` ending a text that opens none (`desc>`). A path such as `<linux/module.h>` is kept."""
+def _placeholder_value(text: str) -> str | None:
+    """`<Charles Darwin>` -> `Charles Darwin`: a value inside the prompt's placeholder brackets
+    (<entity_name>), told from a name written with brackets (`<html>`, `<T>`, `<linux/module.h>`) by
+    a blank or a character outside ASCII inside; None when it is not one."""
     m = _WRAPPED.match(text)
-    if m:
+    if m and (" " in m.group(1).strip() or not m.group(1).isascii()):
         return m.group(1).strip()
-    if text.endswith(">") and "<" not in text and not text.endswith(("->", "=>")):
-        return text[:-1].rstrip()
-    return text
+    return None
+
+
+def _unwrap_entity(name: str, etype: str, description: str) -> tuple[str, str, str]:
+    """An entity record whose values sit in placeholder brackets (`<name>`, `<category>`), unwrapped:
+    the name when it is a placeholder value, or when the type is in brackets too; then also the
+    type, and a `>` left at the end of the description (`desc>`)."""
+    type_wrapped = _WRAPPED.match(etype)
+    value = _placeholder_value(name)
+    if value is None and type_wrapped and _WRAPPED.match(name):
+        value = _WRAPPED.match(name).group(1).strip()
+    if value is None and not type_wrapped:
+        return name, etype, description
+    if value is not None:
+        name = value
+    if type_wrapped:
+        etype = type_wrapped.group(1).strip()
+    if description.endswith(">") and "<" not in description and not description.endswith(("->", "=>")):
+        description = description[:-1].rstrip()
+    return name, etype, description
 
 
 def _balanced(s: str) -> bool:
@@ -172,15 +190,21 @@ def _parse_weight(value) -> float | None:
     return float(m.group(1).replace(",", "."))
 
 
-def _strip_completion(text: str, completion_delimiter: str) -> tuple[str, bool]:
+def completion_pattern(completion_delimiter: str) -> re.Pattern:
+    """The completion marker as written: exactly, anywhere; or, at the end of a line, without one or
+    both of its angle brackets (`|COMPLETE|`, `<|COMPLETE|`)."""
+    pattern = re.escape(completion_delimiter)
+    core = completion_delimiter.strip("<>")
+    if core and core != completion_delimiter:
+        pattern += "|<?" + re.escape(core) + ">?(?=[ \t*`]*(?:\n|$))"
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def strip_completion(text: str, completion_delimiter: str) -> tuple[str, bool]:
+    """The answer before its completion marker (what follows is chatter), and whether it had one."""
     if not completion_delimiter:
         return text, False
-    core = completion_delimiter.strip("<>")
-    if core and core != completion_delimiter:  # <|COMPLETE|> also as |COMPLETE|, <|COMPLETE| or |COMPLETE|>
-        pattern = "<?" + re.escape(core) + ">?"
-    else:
-        pattern = re.escape(completion_delimiter)
-    m = re.search(pattern, text, re.IGNORECASE)
+    m = completion_pattern(completion_delimiter).search(text)
     if m is None:
         return text, False
     return text[: m.start()], True
@@ -226,6 +250,15 @@ class _Collected:
         self.relations.append((source, target, description.strip(), keywords, weight))
         return True
 
+    def _endpoint(self, name: str) -> str:
+        """The entity key a relation's end names; `<X>` names entity X when only X was extracted."""
+        key = entity_key(name)
+        if key not in self.entities and (value := _placeholder_value(name) or _WRAPPED.match(name)):
+            inner = entity_key(value if isinstance(value, str) else value.group(1).strip())
+            if inner in self.entities:
+                return inner
+        return key
+
     def add_keywords(self, keywords: list[str]) -> None:
         for k in keywords:
             if k not in self.keywords:
@@ -239,7 +272,7 @@ class _Collected:
         relations: dict[tuple[str, str], Relation] = {}
         dropped = 0
         for source, target, description, keywords, weight in self.relations:
-            s, t = entity_key(source), entity_key(target)
+            s, t = (self._endpoint(x) for x in (source, target))
             if s not in self.entities or t not in self.entities or s == t:
                 dropped += 1
                 continue
@@ -300,22 +333,32 @@ _MENTION = re.compile(
     r"\s*" + _Q + r"?\s*(?=[|<,\t]))()",
     re.IGNORECASE | re.MULTILINE,
 )
-# what may follow a record's closing parenthesis on its line: blanks, markdown, and pieces of the
-# delimiters small models write there (`)<|`, `)<|>`, `)|`)
-_TRAILER = r"(?:[ \t*`]|<\|?>?|\|>?|##)*"
-# a record's end: `)` (after a closing quote, `))` too), or `>` after a closing quote or a word
-# (`..."desc">`, `...desc>`: models that close records the way the prompt's <|> ends), at the end of a line
-_CLOSE = re.compile(
-    r"(?:(?<=" + _Q + r")>?[)\uff09]{1,2}|[)\uff09]|(?<=" + _Q + r")>|(?<=\w)>(?!\w))" + _TRAILER + r"(?=\n|$)"
-)
+# a record's end at the end of a line: `)` (after a closing quote also `))` and `">)`), then blanks or
+# markdown
+_PAREN = r"(?:(?<=" + _Q + r")>?[)\uff09]{1,2}|(?<![:;])[)\uff09])"
+_CLOSE = re.compile(_PAREN + r"[ \t*`]*(?=\n|$)")
+# where the record's end is sure (a record delimiter follows, or the answer has its completion
+# marker), also: `)` with a piece of a delimiter stuck to it (`)<|`, `)<|>`, `)|`), and `>` after a
+# closing quote or a word (`..."desc">`: models that end records the way <|> ends), when no `)` ends it
+_CLOSE_PIECES = re.compile(_PAREN + r"(?:<\|?>?|\|>?)[ \t*`]*(?=\n|$)")
+_CLOSE_ANGLE = re.compile(r"(?:(?<=" + _Q + r")|(?<=\w))>[ \t*`]*(?=\n|$)")
 
 
-def _record_body(segment: str, record_delimiter: str) -> tuple[str, bool]:
+_PAREN_LINE = re.compile(r"[ \t>*`\-]*[(\uff08]")
+
+
+def _line_start(text: str, match: re.Match) -> int:
+    return text.rfind("\n", 0, match.start()) + 1
+
+
+def _record_body(segment: str, record_delimiter: str, sure_end: bool = False) -> tuple[str, bool]:
     """The fields text of one record (without the closing parenthesis) and whether it was closed.
 
     The segment runs from after the record's first tuple delimiter to the next record start.
     It ends at the first record delimiter, and before that at the last ')' that ends a line (what
-    follows on later lines is chatter).  Neither -> not closed (maybe truncated).
+    follows on later lines is chatter, as is a later line in parentheses or ending in a smiley).
+    Neither -> not closed (maybe truncated). Where the end is sure (delimited, another record
+    follows, or the answer is complete), the looser ends of _CLOSE_PIECES / _CLOSE_ANGLE count too.
     """
     delimited = False
     if record_delimiter and record_delimiter.strip():
@@ -323,6 +366,10 @@ def _record_body(segment: str, record_delimiter: str) -> tuple[str, bool]:
         if cut >= 0:
             segment, delimited = segment[:cut], True
     closes = list(_CLOSE.finditer(segment))
+    if not closes and (delimited or sure_end):
+        closes = list(_CLOSE_PIECES.finditer(segment)) or list(_CLOSE_ANGLE.finditer(segment))
+    # a later line in parentheses ("(end of entities)") is chatter, not the record's end
+    closes = [c for i, c in enumerate(closes) if i == 0 or not _PAREN_LINE.match(segment, _line_start(segment, c))]
     if closes:
         return segment[: closes[-1].start()], True
     return _FENCE.sub("", segment).rstrip(" \t\r\n*`"), delimited
@@ -402,7 +449,7 @@ def _parse_tuples(
     for i, (m, kind) in enumerate(starts):
         last = i == len(starts) - 1
         end = starts[i + 1][0].start() if not last else len(text)
-        body, closed = _record_body(text[m.end() : end], record_delimiter)
+        body, closed = _record_body(text[m.end() : end], record_delimiter, answer_complete or not last)
         if kind is None:
             col.malformed += 1
             continue
@@ -417,6 +464,13 @@ def _parse_tuples(
     return col
 
 
+# a strength written as a word, or a number with a comment
+_STRENGTH_WORD = re.compile(
+    r"^(?:(?:very\s+)?(?:high|medium|moderate|low|strong|weak)|n/?a|none|unknown|-|[+-]?\d+(?:\.\d+)?\s*\(.*\))$",
+    re.IGNORECASE,
+)
+
+
 def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: float) -> bool:
     if kind in _KEYWORD_KINDS:
         keywords = _split_keywords(", ".join(_unquote(f) for f in fields))
@@ -425,8 +479,7 @@ def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: f
     if kind in _ENTITY_KINDS:
         if len(fields) < 2:
             return False
-        name, etype, description = (_unwrap(t) for t in (_unquote(fields[0]), _unquote(fields[1]), fields.joined(2)))
-        return col.add_entity(name, etype, description)
+        return col.add_entity(*_unwrap_entity(_unquote(fields[0]), _unquote(fields[1]), fields.joined(2)))
     # relationship
     if len(fields) < 2:
         return False
@@ -439,7 +492,11 @@ def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: f
         if w is not None:
             weight = w
             description_end = 3
-        elif _KEYWORD_SPLIT.search(fields[3]) or len(_unquote(fields[3]).split()) <= 4:
+        elif _STRENGTH_WORD.match(_unquote(fields[3])):  # "high", "N/A", "8 (strong)": a strength after all
+            lead = re.match(r"\s*([+-]?\d+(?:\.\d+)?)", _unquote(fields[3]))
+            weight = float(lead.group(1)) if lead else default_weight
+            description_end = 3
+        elif "\n" not in fields[3] and (_KEYWORD_SPLIT.search(fields[3]) or len(_unquote(fields[3]).split()) <= 4):
             keywords = _split_keywords(_unquote(fields[3]))  # a keyword list, or one keyword
             description_end = 3
         # else: longer text, the description's second half (a delimiter inside it)
@@ -573,7 +630,7 @@ def parse_extraction(
     if not tuple_delimiter:
         raise ValueError("tuple_delimiter must not be empty")
     text = "" if text is None else str(text).replace("\r\n", "\n").replace("\r", "\n")
-    body, complete = _strip_completion(text, completion_delimiter)
+    body, complete = strip_completion(text, completion_delimiter)
 
     col = _parse_tuples(body, tuple_delimiter, record_delimiter, complete, default_weight)
     # the model said it was done and wrote nothing record-like: "no entities here"
@@ -588,7 +645,7 @@ def parse_extraction(
         for other in _OTHER_DELIMITERS:
             if other != tuple_delimiter and other in body:
                 alt = _parse_tuples(body, other, record_delimiter, complete, default_weight)
-                if alt.records:
+                if alt.entities and alt.records > alt.malformed:
                     col = alt
                     break
     return ParseResult(
@@ -602,8 +659,8 @@ _YES_NO = re.compile(
 
 
 _NOTHING_MORE = re.compile(
-    r"\b(?:no|not\s+any)\s+(?:more|additional|further|other|missing)\b|\bnothing\s+(?:else|more|is\s+missing)\b"
-    r"|\u6ca1\u6709",
+    r"\b(?:no|not\s+any)\s+(?:more|additional|further|other|missing)\b(?!\s+than)"
+    r"|\bnothing\s+(?:else|more|is\s+missing)\b",
     re.IGNORECASE,
 )
 

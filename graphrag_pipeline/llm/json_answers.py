@@ -23,7 +23,7 @@ def load_json(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
-    if "\u201c" in text or "\u201d" in text:
+    if '"' not in text and ("\u201c" in text or "\u201d" in text):  # all its quotes curly, none straight
         straight = _CURLY_CLOSE.sub(r'"\1', _CURLY_OPEN.sub(r'\1"', text))
         try:
             return json.loads(straight)

@@ -90,6 +90,10 @@ def test_answers_cut_at_the_output_limit_are_counted_fresh_and_cached(llm_server
     u = client.usage_snapshot()
     assert (u.calls, u.cache_hits, u.truncated) == (2, 1, 2)
     assert llm_metadata(u)["llm_truncated_answers"] == 2
+    # cut at a limit the caller set (the loop check's single token) is not "cut short"
+    llm_server.script(Reply("Y", finish_reason="length"))
+    client.chat([{"role": "user", "content": "loop?"}], max_tokens=1)
+    assert client.usage_snapshot().truncated == 2
     assert "llm_truncated_answers" not in llm_metadata(LLMUsage(calls=3))
 
 

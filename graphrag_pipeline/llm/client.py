@@ -708,7 +708,8 @@ class LLMClient:
                 text = choice.message.content or ""
             except (AttributeError, IndexError, TypeError, KeyError):
                 raise _Retryable(f"malformed response (no choices[0].message in {type(resp).__name__})") from None
-            return resp, text, getattr(choice, "finish_reason", None) == "length"
+            # cut at a limit the caller set (the loop check's one token) is what it asked for
+            return resp, text, max_tokens is None and getattr(choice, "finish_reason", None) == "length"
 
         reserved = self._reserve(messages, max_tokens)
         cost = 0.0

@@ -446,60 +446,66 @@ def _code_version_stale(args: argparse.Namespace, paths: Paths, instance, defs, 
     )
 
 
-_FAILED_CHUNKS = "failed-chunks.json"  # under state/: document -> its chunks without an extraction
+_FAILED_CHUNKS = "failed-chunks.json"  # under state/
 
 
-def _failed_chunks_before(args: argparse.Namespace, store, plan) -> None:
-    """Documents with chunks whose answer could not be used (unparsable after its retries) keep the
-    rest of their extraction and are not asked again by themselves: every later build would pay
-    for the same failing prompts. With `--refresh failed` they are extracted again (the answers
-    kept in the LLM cache are read first: one that a newer parser reads costs no call).
-
-    Which documents those are is kept in state/failed-chunks.json, brought up to date after each
-    build for the documents it extracted (_failed_chunks_after); without it, every document's
-    record is read once."""
-    from graphrag_pipeline.storage.files import read_json, write_json
+def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
+    """Documents with chunks whose answer could not be used (unparsable after its retries) -> how
+    many. Kept in state/failed-chunks.json with the signature of each document's subgraph files
+    when its record was read: only documents whose files changed since (extracted by a build, the
+    sensors' runs or a backfill from the UI) are read again; a record that cannot be read counts
+    none (the build repairs the document)."""
+    from graphrag_pipeline.storage.files import DamagedFileError, read_json, write_json
 
     marker = store.paths.state_dir / _FAILED_CHUNKS
-    known = read_json(marker, None)
-    if not isinstance(known, dict):
-        known = {k: n for k in plan.order if (n := len((store.subgraph_info(k) or {}).get("failed_chunks") or []))}
-        write_json(known, marker)
+    try:
+        known = read_json(marker, None)
+    except (OSError, ValueError, DamagedFileError):
+        known = None
+    known = known if isinstance(known, dict) else {}
+    seen = known.get("signatures") if isinstance(known.get("signatures"), dict) else {}
+    before = known.get("failed") if isinstance(known.get("failed"), dict) else {}
+    signatures = store.subgraph_signatures(keys)
+    failed: dict[str, int] = {}
+    for key in keys:
+        if key in seen and seen[key] == signatures[key]:
+            n = before.get(key, 0)
+        else:
+            try:
+                n = len((store.subgraph_info(key) or {}).get("failed_chunks") or [])
+            except (OSError, ValueError, DamagedFileError):
+                n = 0
+        if n:
+            failed[key] = int(n)
+    state = {"signatures": signatures, "failed": failed}
+    if state != known:
+        write_json(state, marker, compact=True)
+    return failed
+
+
+def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
+    """`--refresh failed`: the documents with failed chunks are extracted again (the answers kept in
+    the LLM cache are read first: one that a newer parser reads costs no call). Without it they are
+    not asked again by themselves (every later build would pay for the same failing prompts): the
+    end of each build says how many there are (_say_failed_chunks)."""
     if getattr(args, "refresh", None) != "failed":
         return
-    present = set(plan.order)
-    left = [k for k in known if k in present and k not in set(plan.stale)]
+    failed = _failed_chunks(store, plan.order)
+    left = [k for k in plan.order if k in failed and k not in set(plan.stale)]
     if not left:
         _say("refresh: no document has failed chunks")
         return
     wanted = set(plan.stale) | set(left)
     plan.stale = [k for k in plan.order if k in wanted]
-    _say(f"refresh: {len(left)} documents with {sum(known[k] for k in left)} failed chunks are extracted again")
+    _say(f"refresh: {len(left)} documents with {sum(failed[k] for k in left)} failed chunks are extracted again")
 
 
-def _failed_chunks_after(store, plan) -> None:
-    """Record which of the extracted documents have failed chunks, and say how many are left."""
-    from graphrag_pipeline.storage.files import read_json, write_json
-
-    marker = store.paths.state_dir / _FAILED_CHUNKS
-    known = read_json(marker, None)
-    if not isinstance(known, dict):
-        return
-    present = set(plan.order)
-    now = {k: n for k, n in known.items() if k in present}
-    for k in plan.stale:
-        n = len((store.subgraph_info(k) or {}).get("failed_chunks") or [])
-        if n:
-            now[k] = n
-        else:
-            now.pop(k, None)
-    if now != known:
-        write_json(now, marker)
-    if now:
-        first = sorted(now)[0]
+def _say_failed_chunks(store, plan) -> None:
+    failed = _failed_chunks(store, plan.order)
+    if failed:
         _say(
-            f"note: {sum(now.values())} chunks of {len(now)} documents have no extraction: the model's answers "
-            f"could not be parsed (e.g. {first}); `graphrag-pipeline build --refresh failed` asks again"
+            f"note: {sum(failed.values())} chunks of {len(failed)} documents have no extraction: the model's answers "
+            f"could not be parsed (e.g. {min(failed)}); `graphrag-pipeline build --refresh failed` asks again"
         )
 
 
@@ -702,7 +708,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     )
     _code_version_stale(args, paths, instance, defs, plan)
     if method != "fast":
-        _failed_chunks_before(args, store, plan)
+        _refresh_failed(args, store, plan)
 
     ok = True
     batches = plan.batches(args.batch_size)
@@ -814,7 +820,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
         write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
     if method != "fast":
-        _failed_chunks_after(store, plan)
+        _say_failed_chunks(store, plan)
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s" + _build_cost(args, paths))
     return 0 if ok else 1
 

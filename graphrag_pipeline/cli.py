@@ -455,12 +455,12 @@ def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
     when its record was read: only documents whose files changed since (extracted by a build, the
     sensors' runs or a backfill from the UI) are read again; a record that cannot be read counts
     none (the build repairs the document)."""
-    from graphrag_pipeline.storage.files import DamagedFileError, read_json, write_json
+    from graphrag_pipeline.storage.files import read_json, write_json
 
     marker = store.paths.state_dir / _FAILED_CHUNKS
     try:
         known = read_json(marker, None)
-    except (OSError, ValueError, DamagedFileError):
+    except (OSError, ValueError):  # DamagedFileError is both
         known = None
     known = known if isinstance(known, dict) else {}
     seen = known.get("signatures") if isinstance(known.get("signatures"), dict) else {}
@@ -473,7 +473,7 @@ def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
         else:
             try:
                 n = len((store.subgraph_info(key) or {}).get("failed_chunks") or [])
-            except (OSError, ValueError, DamagedFileError):
+            except (OSError, ValueError):
                 n = 0
         if n:
             failed[key] = int(n)
@@ -490,12 +490,12 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
     end of each build says how many there are (_say_failed_chunks)."""
     if getattr(args, "refresh", None) != "failed":
         return
-    failed = _failed_chunks(store, plan.order)
-    left = [k for k in plan.order if k in failed and k not in set(plan.stale)]
+    failed, stale = _failed_chunks(store, plan.order), set(plan.stale)
+    left = [k for k in plan.order if k in failed and k not in stale]
     if not left:
         _say("refresh: no document has failed chunks")
         return
-    wanted = set(plan.stale) | set(left)
+    wanted = stale | set(left)
     plan.stale = [k for k in plan.order if k in wanted]
     _say(f"refresh: {len(left)} documents with {sum(failed[k] for k in left)} failed chunks are extracted again")
 

@@ -131,30 +131,30 @@ def _plausible_type(etype: str) -> bool:
 _WRAPPED = re.compile(r"^<([^<>/\\.|]+)>$")
 
 
+def _bracketed(text: str) -> str | None:
+    """`<X>` -> `X` (no path or other bracket inside); None when the text is not in brackets."""
+    m = _WRAPPED.match(text)
+    return m.group(1).strip() if m else None
+
+
 def _placeholder_value(text: str) -> str | None:
     """`<Charles Darwin>` -> `Charles Darwin`: a value inside the prompt's placeholder brackets
     (<entity_name>), told from a name written with brackets (`<html>`, `<T>`, `<linux/module.h>`) by
     a blank or a character outside ASCII inside; None when it is not one."""
-    m = _WRAPPED.match(text)
-    if m and (" " in m.group(1).strip() or not m.group(1).isascii()):
-        return m.group(1).strip()
-    return None
+    inner = _bracketed(text)
+    return inner if inner is not None and (" " in inner or not inner.isascii()) else None
 
 
 def _unwrap_entity(name: str, etype: str, description: str) -> tuple[str, str, str]:
     """An entity record whose values sit in placeholder brackets (`<name>`, `<category>`), unwrapped:
     the name when it is a placeholder value, or when the type is in brackets too; then also the
     type, and a `>` left at the end of the description (`desc>`)."""
-    type_wrapped = _WRAPPED.match(etype)
-    value = _placeholder_value(name)
-    if value is None and type_wrapped and _WRAPPED.match(name):
-        value = _WRAPPED.match(name).group(1).strip()
-    if value is None and not type_wrapped:
+    bare_type = _bracketed(etype)
+    value = _placeholder_value(name) if bare_type is None else _bracketed(name)
+    if value is None and bare_type is None:
         return name, etype, description
-    if value is not None:
-        name = value
-    if type_wrapped:
-        etype = type_wrapped.group(1).strip()
+    name = name if value is None else value
+    etype = etype if bare_type is None else bare_type
     if description.endswith(">") and "<" not in description and not description.endswith(("->", "=>")):
         description = description[:-1].rstrip()
     return name, etype, description
@@ -253,11 +253,8 @@ class _Collected:
     def _endpoint(self, name: str) -> str:
         """The entity key a relation's end names; `<X>` names entity X when only X was extracted."""
         key = entity_key(name)
-        if key not in self.entities and (value := _placeholder_value(name) or _WRAPPED.match(name)):
-            inner = entity_key(value if isinstance(value, str) else value.group(1).strip())
-            if inner in self.entities:
-                return inner
-        return key
+        inner = _bracketed(name) if key not in self.entities else None
+        return entity_key(inner) if inner is not None and entity_key(inner) in self.entities else key
 
     def add_keywords(self, keywords: list[str]) -> None:
         for k in keywords:
@@ -488,16 +485,16 @@ def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: f
     weight = default_weight
     description_end = len(fields)
     if len(fields) == 4:  # (description, strength) -- or (description, keywords) from a Light answer
-        w = _parse_weight(fields[3])
+        w, fourth = _parse_weight(fields[3]), _unquote(fields[3])
         if w is not None:
             weight = w
             description_end = 3
-        elif _STRENGTH_WORD.match(_unquote(fields[3])):  # "high", "N/A", "8 (strong)": a strength after all
-            lead = re.match(r"\s*([+-]?\d+(?:\.\d+)?)", _unquote(fields[3]))
+        elif _STRENGTH_WORD.match(fourth):  # "high", "N/A", "8 (strong)": a strength after all
+            lead = re.match(r"\s*([+-]?\d+(?:\.\d+)?)", fourth)
             weight = float(lead.group(1)) if lead else default_weight
             description_end = 3
-        elif "\n" not in fields[3] and (_KEYWORD_SPLIT.search(fields[3]) or len(_unquote(fields[3]).split()) <= 4):
-            keywords = _split_keywords(_unquote(fields[3]))  # a keyword list, or one keyword
+        elif "\n" not in fourth and (_KEYWORD_SPLIT.search(fourth) or len(fourth.split()) <= 4):
+            keywords = _split_keywords(fourth)  # a keyword list, or one keyword
             description_end = 3
         # else: longer text, the description's second half (a delimiter inside it)
     elif len(fields) >= 5:  # (description..., keywords, strength)

@@ -483,6 +483,11 @@ def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
     return failed
 
 
+def _count(n: int, noun: str) -> str:
+    """ "1 document", "2 documents"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
     """`--refresh failed`: the documents with failed chunks are extracted again (the answers kept in
     the LLM cache are read first: one that a newer parser reads costs no call). Without it they are
@@ -497,15 +502,17 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
         return
     wanted = stale | set(left)
     plan.stale = [k for k in plan.order if k in wanted]
-    _say(f"refresh: {len(left)} documents with {sum(failed[k] for k in left)} failed chunks are extracted again")
+    chunks = sum(failed[k] for k in left)
+    _say(f"refresh: {_count(len(left), 'document')} with {_count(chunks, 'failed chunk')} extracted again")
 
 
 def _say_failed_chunks(store, plan) -> None:
     failed = _failed_chunks(store, plan.order)
     if failed:
         _say(
-            f"note: {sum(failed.values())} chunks of {len(failed)} documents have no extraction: the model's answers "
-            f"could not be parsed (e.g. {min(failed)}); `graphrag-pipeline build --refresh failed` asks again"
+            f"note: no extraction for {_count(sum(failed.values()), 'chunk')} of {_count(len(failed), 'document')}: "
+            f"the model's answers could not be parsed (e.g. {min(failed)}); "
+            "`graphrag-pipeline build --refresh failed` asks again"
         )
 
 

@@ -129,7 +129,7 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     ) - len(info["failed_chunks"])
     assert cut and f"llm_truncated_answers={len(cut)}" in out
     failed = len(info["failed_chunks"])
-    assert f"note: {failed} chunks of 1 documents have no extraction" in out and "--refresh failed" in out
+    assert f"note: no extraction for {failed} chunk" in out and "of 1 document:" in out and "--refresh failed" in out
 
     # not asked again by itself (the same prompt would fail again): said at every build
     before = len(server.requests)
@@ -141,7 +141,7 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     fake.extract_override = None
     code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
     assert code == 0, out
-    assert f"refresh: 1 documents with {failed} failed chunks are extracted again" in out
+    assert f"refresh: 1 document with {failed} failed chunk" in out and "extracted again" in out
     assert "no extraction" not in out
     # the cache answers the chunks that worked; the failed ones are asked again
     assert kinds(server, before)["light_extract"] == failed

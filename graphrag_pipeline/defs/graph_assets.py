@@ -91,7 +91,8 @@ def knowledge_graph(
     )
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
-        context.log.warning(f"ignored {merged.dropped_relations} relations due to missing entities")
+        # relations naming an entity the extraction did not list: ordinary, counted in the metadata
+        context.log.info(f"ignored {merged.dropped_relations} relations due to missing entities")
     how = (
         "from scratch"
         if merged.full

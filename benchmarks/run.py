@@ -1128,12 +1128,14 @@ def cmd_scale(args) -> None:
         )
         if not args.keep_homes:
             shutil.rmtree(home, ignore_errors=True)
-    say(f"resolution candidates: {args.resolution_names} names, brute force on {args.resolution_sample}")
-    reso = resolution_benchmark(args.resolution_names, args.resolution_sample, args.seed)
-    say(
-        f"resolution: fast {reso['fast_s']}s vs brute force ~{reso['bruteforce_extrapolated_s']}s; "
-        f"exact={reso['exact_on_sample']}"
-    )
+    reso = None
+    if args.resolution_names:  # --resolution-names 0 skips it
+        say(f"resolution candidates: {args.resolution_names} names, brute force on {args.resolution_sample}")
+        reso = resolution_benchmark(args.resolution_names, args.resolution_sample, args.seed)
+        say(
+            f"resolution: fast {reso['fast_s']}s vs brute force ~{reso['bruteforce_extrapolated_s']}s; "
+            f"exact={reso['exact_on_sample']}"
+        )
     stage_cols = sorted({k for r in rows for k in r if k.startswith("stage:")})
     settings = {
         "method": "fast",
@@ -1248,7 +1250,7 @@ def cmd_scale(args) -> None:
             (
                 "Entity-resolution candidates",
                 md_table(
-                    [reso],
+                    [reso or {"names": "skipped (--resolution-names 0)"}],
                     [
                         "names",
                         "candidate_pairs",

@@ -563,9 +563,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         _DAGSTER_LOG_LEVEL["level"] = "INFO" if args.verbose else "WARNING"
         from graphrag_pipeline.cli_progress import BuildProgress
         from graphrag_pipeline.settings import setting
+        from graphrag_pipeline.storage.files import remembering
 
         try:
-            with BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")):  # stopped before any message below
+            # the runs execute in this process: a stage reads the graph an earlier stage wrote from memory
+            with BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")), remembering():
                 return _build(args, paths)
         finally:
             _remote_push()  # the CLI's own files (state, the home record): also after a failed build

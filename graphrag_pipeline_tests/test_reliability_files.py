@@ -24,11 +24,13 @@ from graphrag_pipeline.ingest.documents import corpus_keys, display_path, partit
 from graphrag_pipeline.storage.files import (
     DamagedFileError,
     clean_temp_files,
+    copy_file,
     describe_os_error,
     file_sha256,
     parquet_problem,
     read_json,
     read_parquet,
+    remembering,
     verify_parquet,
     write_json,
     write_parquet,
@@ -654,3 +656,65 @@ def test_remove_orphans_deletes_only_the_files_of_documents_no_longer_partitions
         "doc_subgraph": ["a.txt.entities.parquet", "a.txt.json", "a.txt.relations.parquet", "x.json.json"],
     }
     assert store.remove_orphans({"a.txt", "x.json"}) == 0
+
+
+def test_table_memo_serves_only_the_file_it_remembers(tmp_path):
+    """The in-process table memo (the CLI's build turns it on) returns the table a stage wrote to
+    a file, and to a hard link of it; never a table for a file that was replaced or altered since."""
+    first = pl.DataFrame({"key": ["a", "b", "c"], "weight": [1.0, 2.0, 3.0], "ids": [["x"], [], ["y", "z"]]})
+    path = tmp_path / "graph.edges.parquet"
+    with remembering() as memo:
+        write_parquet(first, path, remember=True)
+        assert read_parquet(path, remember=True) is first  # not decoded again
+        assert read_parquet(path, columns=["ids", "key"], remember=True).columns == ["ids", "key"]
+        assert read_parquet(path, columns=["ids", "key"], remember=True).equals(
+            pl.read_parquet(path, columns=["ids", "key"])
+        )
+        link = tmp_path / "resolved.edges.parquet"
+        copy_file(path, link)
+        assert read_parquet(link, remember=True) is first  # a link shares the file's identity
+        # a rewrite is a new file: the new table is read
+        second = first.with_columns(pl.col("weight") * 10)
+        write_parquet(second, path)
+        assert read_parquet(path, remember=True).equals(second)
+        # altered in place, with its size and modification time put back: not served from memory
+        write_parquet(first, path, remember=True)
+        before = os.stat(path)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(path).st_size == before.st_size
+        try:
+            assert read_parquet(path, remember=True) is not first
+        except DamagedFileError:
+            pass  # the flipped byte broke the file: named as damaged, as without the memo
+        assert memo.hits >= 3
+    # off outside the build: every read decodes the file
+    write_parquet(first, path, remember=True)
+    assert read_parquet(path, remember=True) is not read_parquet(path, remember=True)
+
+
+def test_graph_read_from_memory_equals_the_graph_read_from_disk(tmp_path):
+    store = Store(Paths(tmp_path / "home"))
+    nodes = pl.DataFrame(
+        {"key": ["a", "b", "c", "d"], "name": ["A", "B", "C", "D"], "type": ["T"] * 4, "degree": [2, 2, 1, 1]}
+    )
+    edges = pl.DataFrame({"source_key": ["a", "a", "b"], "target_key": ["b", "c", "d"], "weight": [1.0, 2.0, 3.0]})
+    from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
+
+    nodes = pl.DataFrame({c: nodes[c] if c in nodes.columns else None for c in NODE_SCHEMA}).cast(NODE_SCHEMA)
+    edges = pl.DataFrame({c: edges[c] if c in edges.columns else None for c in EDGE_SCHEMA}).cast(EDGE_SCHEMA)
+    store.write_graph("knowledge_graph", nodes, edges)
+    on_disk = store.read_graph_among("knowledge_graph", ["a", "b", "d"]), store.read_graph("knowledge_graph", ["key"])
+    with remembering() as memo:
+        store.write_graph("knowledge_graph", nodes, edges)
+        in_memory = (
+            store.read_graph_among("knowledge_graph", ["a", "b", "d"]),
+            store.read_graph("knowledge_graph", ["key"]),
+        )
+        assert memo.hits == 4, memo.hits
+    for disk, memory in zip(on_disk, in_memory):
+        for a, b in zip(disk, memory):
+            assert a.equals(b)
+    assert in_memory[0][1]["target_key"].to_list() == ["b", "d"]

@@ -45,6 +45,8 @@ from graphrag_pipeline.storage.files import ParquetBundle
 from graphrag_pipeline.storage.store import CHUNK_ROWS
 
 SHARDS = 32
+# the merged graph's tables: the knowledge graph's files are links to them, read by every later stage
+GRAPH_TABLES = ("nodes", "edges")
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
 
 
@@ -112,7 +114,11 @@ def _full(
         tables[f"entities-{i:02d}"] = entities.filter(pl.col("_shard") == i).drop("_shard")
         tables[f"relations-{i:02d}"] = relations.filter(pl.col("_shard") == i).drop("_shard")
     written = bundle.write(
-        tables, previous=manifest, drop=set((manifest or {}).get("tables", {})), merge_dropped=dropped
+        tables,
+        previous=manifest,
+        drop=set((manifest or {}).get("tables", {})),
+        remember=GRAPH_TABLES,
+        merge_dropped=dropped,
     )
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
@@ -184,7 +190,10 @@ def _update(
         "doc_id"
     )
     written = bundle.write(
-        {**shards, "sources": new_sources, "nodes": nodes, "edges": edges}, previous=manifest, merge_dropped=dropped
+        {**shards, "sources": new_sources, "nodes": nodes, "edges": edges},
+        previous=manifest,
+        remember=GRAPH_TABLES,
+        merge_dropped=dropped,
     )
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)

@@ -54,16 +54,23 @@ class CommunityReport:
 
 
 def community_subgraph(
-    members: list[str], nodes: pl.DataFrame, edges: pl.DataFrame
+    members: list[str], nodes: pl.DataFrame, edges: pl.DataFrame, max_edges: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Nodes of a community (most connected first) and the edges inside it (strongest first)."""
-    keys = pl.Series("key", members, dtype=pl.Utf8)
-    sub_nodes = nodes.filter(pl.col("key").is_in(keys.implode())).sort(
+    """Nodes of a community (most connected first) and the edges inside it (strongest first; only
+    the `max_edges` strongest when given: a top-level community holds hundreds of thousands of
+    edges at 50,000 documents, and an extractive report names five)."""
+    keys = pl.Series("key", members, dtype=pl.Utf8).implode()
+    sub_nodes = nodes.filter(pl.col("key").is_in(keys)).sort(
         ["degree", "pagerank", "key"], descending=[True, True, False]
     )
-    sub_edges = edges.filter(pl.col("source_key").is_in(keys.implode()) & pl.col("target_key").is_in(keys.implode()))
-    sub_edges = sub_edges.sort(["weight", "source_key", "target_key"], descending=[True, False, False])
-    return sub_nodes, sub_edges
+    sub_edges = (
+        edges.lazy()
+        .filter(pl.col("source_key").is_in(keys) & pl.col("target_key").is_in(keys))
+        .sort(["weight", "source_key", "target_key"], descending=[True, False, False])
+    )
+    if max_edges is not None:
+        sub_edges = sub_edges.head(max_edges)  # sort + head: polars keeps only the top rows
+    return sub_nodes, sub_edges.collect()
 
 
 def _first_sentence(text: str, limit: int = 240) -> str:
@@ -75,7 +82,7 @@ def extractive_report(
     community: dict, nodes: pl.DataFrame, edges: pl.DataFrame, max_findings: int = 5
 ) -> CommunityReport:
     """A report made of the community's own entities and relations (no LLM)."""
-    sub_nodes, sub_edges = community_subgraph(community["nodes"], nodes, edges)
+    sub_nodes, sub_edges = community_subgraph(community["nodes"], nodes, edges, max_edges=max_findings)
     names = sub_nodes["name"].to_list()
     top = names[:3]
     if len(top) >= 3:

@@ -17,7 +17,8 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,11 +74,14 @@ def file_sha256(path: Path) -> str:
 PARQUET_COMPRESSION = "lz4"
 
 
-def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False) -> str | None:
-    """Write `df` atomically; with `checksum`, return the SHA-256 of the file as written."""
+def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False, remember: bool = False) -> str | None:
+    """Write `df` atomically; with `checksum`, return the SHA-256 of the file as written.
+    remember: keep `df` in the table memo as the file's content (see TableMemo), when it is on."""
     with atomic_path(target, ".parquet") as tmp:
         df.write_parquet(tmp, compression=PARQUET_COMPRESSION)
         digest = file_sha256(tmp) if checksum else None
+    if remember:
+        TABLES.put(target, df)
     return digest
 
 
@@ -159,10 +163,96 @@ def _short(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def read_parquet(path: Path, schema: dict | None = None, columns: list[str] | None = None) -> pl.DataFrame:
+class TableMemo:
+    """The large tables this process wrote or read lately, by the identity of their file: device,
+    inode, size, modification time and a hash of the file's last 64 KiB (the Parquet footer, with
+    every column chunk's offsets and statistics). No file here is changed in place (every write is
+    a new file renamed over the name), and a hard link shares its file's identity, so a stage
+    reading the graph that an earlier stage of the same process wrote (or linked) gets the table
+    without decoding it again: at 50,000 documents the merged graph is read by resolution, the
+    clustering, the reports, the index and three checks of one build.
+
+    Off unless a caller turns it on (`remembering`): the CLI's build does, for its in-process runs.
+    A run in its own process (Dagster's multiprocess, k8s or celery executors) reads the files."""
+
+    def __init__(self, max_tables: int = 4):
+        self.max_tables = max_tables
+        self.enabled = 0
+        self._tables: dict[tuple, pl.DataFrame] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    @staticmethod
+    def identity(path: Path) -> tuple | None:
+        try:
+            st = os.stat(path)
+            with open(path, "rb") as fh:
+                fh.seek(max(0, st.st_size - 65536))
+                tail = hashlib.blake2b(fh.read(), digest_size=16).digest()
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tail)
+
+    def get(self, path: Path) -> pl.DataFrame | None:
+        if not self.enabled:
+            return None
+        key = self.identity(path)
+        with self._lock:
+            df = self._tables.pop(key, None) if key is not None else None
+            if df is not None:
+                self._tables[key] = df  # most recently used last
+                self.hits += 1
+        return df
+
+    def put(self, path: Path, df: pl.DataFrame) -> None:
+        if not self.enabled:
+            return
+        key = self.identity(path)
+        if key is None:
+            return
+        with self._lock:
+            self._tables.pop(key, None)
+            self._tables[key] = df
+            while len(self._tables) > self.max_tables:
+                self._tables.pop(next(iter(self._tables)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
+            self.hits = 0
+
+
+TABLES = TableMemo()
+
+
+@contextmanager
+def remembering() -> Iterator[TableMemo]:
+    """Turn the table memo on for the duration (nested uses are fine); it is emptied at the end."""
+    TABLES.enabled += 1
+    try:
+        yield TABLES
+    finally:
+        TABLES.enabled -= 1
+        if not TABLES.enabled:
+            TABLES.clear()
+
+
+def read_parquet(
+    path: Path, schema: dict | None = None, columns: list[str] | None = None, *, remember: bool = False
+) -> pl.DataFrame:
     """The table in `path` (only `columns`, when given); an empty table (of `schema`) when the file
-    does not exist. A file that exists but cannot be read raises DamagedFileError naming it."""
+    does not exist. A file that exists but cannot be read raises DamagedFileError naming it.
+    remember: a large table read again by later stages: taken from (or, read whole, kept in) the
+    table memo when it is on (see TableMemo)."""
     path = Path(path)
+    if remember and TABLES.enabled:
+        known = TABLES.get(path)
+        if known is not None:
+            return known.select(columns) if columns is not None else known
+        if columns is None:
+            df = read_parquet(path, schema)
+            TABLES.put(path, df)
+            return df
     if not path.exists():
         if schema and columns:
             return pl.DataFrame(schema={c: schema[c] for c in columns})
@@ -330,16 +420,24 @@ class ParquetBundle:
             return list(pool.map(lambda t: self.read(manifest, t), tables))
 
     def write(
-        self, tables: dict[str, pl.DataFrame], *, previous: dict | None = None, drop: set[str] = frozenset(), **extra
+        self,
+        tables: dict[str, pl.DataFrame],
+        *,
+        previous: dict | None = None,
+        drop: set[str] = frozenset(),
+        remember: Collection[str] = (),
+        **extra,
     ) -> dict:
-        """Write `tables`, keep the other tables of `previous` (except those in `drop`), publish."""
+        """Write `tables`, keep the other tables of `previous` (except those in `drop`), publish.
+        remember: tables later stages read again (kept in the table memo when it is on)."""
         generation = int((previous or {}).get("generation", 0)) + 1
         files = {k: v for k, v in ((previous or {}).get("tables") or {}).items() if k not in drop and k not in tables}
         names = {table: f"{self.name}.{table}.g{generation}.parquet" for table in tables}
         # two files at a time (polars encodes without holding the GIL): the merged graph's nodes and
         # edges are most of an update's bytes; the manifest below is written once all are whole
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bundle-write") as pool:
-            for _ in pool.map(lambda t: write_parquet(tables[t], self.folder / names[t]), list(tables)):
+            write = lambda t: write_parquet(tables[t], self.folder / names[t], remember=t in remember)  # noqa: E731
+            for _ in pool.map(write, list(tables)):
                 pass
         files.update(names)
         manifest = {"generation": generation, "tables": files, **extra}

@@ -22,6 +22,7 @@ from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 from graphrag_pipeline.index.records import SOURCES_MEMO_SCHEMA, SOURCES_MEMO_SCHEME, SOURCES_PATHS_SCHEMA, SourcesMemo
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import (
+    TABLES,
     DamagedFileError,
     ParquetBundle,
     copy_file,
@@ -356,7 +357,7 @@ class Store:
             if source is not None:
                 copy_file(source, target)
             else:
-                write_parquet(table.select(list(schema)).cast(schema), target)
+                write_parquet(table.select(list(schema)).cast(schema), target, remember=True)
 
     def copy_graph(self, source: str, target: str) -> None:
         """Graph `target` becomes a byte copy of graph `source` (a stage that changed nothing)."""
@@ -378,13 +379,13 @@ class Store:
         n, e = self._built_graph_files(name)
         # side by side: polars decodes without holding the GIL, and the edges are most of the bytes
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graph-read") as pool:
-            edges = pool.submit(read_parquet, e, EDGE_SCHEMA, edge_columns)
-            nodes = read_parquet(n, NODE_SCHEMA, node_columns)
+            edges = pool.submit(read_parquet, e, EDGE_SCHEMA, edge_columns, remember=True)
+            nodes = read_parquet(n, NODE_SCHEMA, node_columns, remember=True)
             return nodes, edges.result()
 
     def read_graph_nodes(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
         """The graph's nodes alone (only `columns`, when given)."""
-        return read_parquet(self._built_graph_files(name)[0], NODE_SCHEMA, columns)
+        return read_parquet(self._built_graph_files(name)[0], NODE_SCHEMA, columns, remember=True)
 
     def read_graph_among(self, name: str, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The nodes `keys` of graph `name` and the edges between two of them: what a few
@@ -394,6 +395,10 @@ class Store:
         inside = pl.col("source_key").is_in(wanted) & pl.col("target_key").is_in(wanted)
         out = []
         for path, where, schema in ((n, pl.col("key").is_in(wanted), NODE_SCHEMA), (e, inside, EDGE_SCHEMA)):
+            known = TABLES.get(path)  # the whole table, when an earlier stage of this process had it
+            if known is not None:
+                out.append(known.filter(where))
+                continue
             try:
                 out.append(pl.scan_parquet(path).filter(where).collect())
             except pl.exceptions.PolarsError:  # read whole, to name the damage (DamagedFileError) or succeed

@@ -394,8 +394,18 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
     con = duckdb.connect(str(path))
     con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     con.close()
-    old = _publish(path, inp, HashingEmbedder(256))
+    counting = Counting(256)
+    old = _publish(path, inp, counting)
     assert old.mode == "full" and old.reason == f"schema version 1 -> {SCHEMA_VERSION}"
+    # rebuilt for the new layout with the same embedder: no text embedded again (a paid model's calls)
+    assert counting.seen == []
+    con = duckdb.connect(str(path))
+    con.execute("""UPDATE meta SET value = '"struct-polars-0.0.1"' WHERE key = 'row_hash_scheme'""")
+    con.close()
+    counting = Counting(256)
+    rehashed = _publish(path, tiny, counting)
+    assert rehashed.mode == "full" and "row hash scheme" in rehashed.reason
+    assert counting.seen == []  # an entity's vector embeds its name: the edited description needs none
 
 
 def test_an_incomplete_index_is_never_published(tmp_path):

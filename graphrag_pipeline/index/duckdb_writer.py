@@ -240,6 +240,24 @@ def _read_previous_vectors(con) -> dict:
     return {name: con.sql(sql).pl() for name, sql in _TEXTS.items()}
 
 
+def _vectors_of_same_embedder(target: Path, prev: dict, embedder: Embedder) -> dict | None:
+    """The published (text, vector) pairs when the published index was embedded by this embedder:
+    an index rebuilt for another schema or row-hash scheme (a new version of this project or of
+    polars) re-embeds nothing that it has. None when the embedder differs or they cannot be read."""
+    if prev.get("embedding_model") != embedder.model_id or int(prev.get("embedding_dim") or 0) != embedder.dim:
+        return None
+    try:
+        con = attach_read_only(target)
+    except (duckdb.Error, OSError):
+        return None
+    try:
+        return _read_previous_vectors(con)
+    except duckdb.Error:  # a layout too old to hold these columns
+        return None
+    finally:
+        con.close()
+
+
 # -- writing ------------------------------------------------------------------------------------
 def _drop_wal(path: Path) -> None:
     Path(f"{path}.wal").unlink(missing_ok=True)
@@ -627,7 +645,7 @@ def publish_index(
         return full("no previous index", None, None, None)
     problem = _compatibility_problem(prev, embedder)
     if problem:
-        return full(problem, None, None, prev)
+        return full(problem, _vectors_of_same_embedder(target, prev, embedder), None, prev)
 
     stat = os.stat(target)
     con = attach_read_only(target)

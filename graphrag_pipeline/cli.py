@@ -257,6 +257,8 @@ def _plain_error(message: str) -> str:
     """A step's error as a person should read it: a full disk or a read-only folder said as such."""
     from graphrag_pipeline.settings import raw
 
+    # a step's own failure (dg.Failure) says what happened; the class's module path adds nothing
+    message = message.removeprefix("dagster._core.definitions.events.Failure: ")
     low = message.lower()
     home = raw("GRAPHRAG_HOME") or "the home"
     if "no space left" in low or "disk is full" in low:
@@ -270,6 +272,15 @@ def _plain_error(message: str) -> str:
 
 # what the progress line of a run that merges, resolves and clusters shows
 _GRAPH_SHOWN = ("entities", "relations", "merged_pairs", "communities", "communities_changed", "llm_truncated_answers")
+
+
+def _outcome(success: bool, events: list, keys: tuple[str, ...]) -> str:
+    """A run's summary line: what it materialized; after a failure (named on the lines above) what
+    finished before it, never read as the list of what failed."""
+    described = _describe(events, keys)
+    if success:
+        return f"  done: {described}"
+    return f"  FAILED (finished before the failure: {described})" if described else "  FAILED (nothing finished)"
 
 
 def _describe(events: list, keys: tuple[str, ...]) -> str:
@@ -712,7 +723,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
     write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     _say(
-        f"corpus: {len(plan.states)} documents; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
+        f"corpus: {_count(len(plan.states), 'document')}; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "
         f"{len(plan.stale)} to process"
     )
     _code_version_stale(args, paths, instance, defs, plan)
@@ -753,8 +764,9 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         ok &= success
         graph_done = last and success
         _say(
-            f"  {'done' if success else 'FAILED'}: "
-            + _describe(events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits", *_GRAPH_SHOWN))
+            _outcome(
+                success, events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits", *_GRAPH_SHOWN)
+            )
         )
     progress.finish("documents")
 
@@ -764,7 +776,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             success, events = _run_job(defs, instance, "graph_job", ops=recluster)
             ok &= success
             graph_done = success
-            _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, _GRAPH_SHOWN))
+            _say(_outcome(success, events, _GRAPH_SHOWN))
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(asset_key("community_reports"))
@@ -784,8 +796,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                 success, events = _run_job(defs, instance, job, range_tags(batch))
                 ok &= success
                 _say(
-                    f"  {'done' if success else 'FAILED'}: "
-                    + _describe(
+                    _outcome(
+                        success,
                         events,
                         (
                             "reports",
@@ -804,8 +816,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
                 success, events = _run_job(defs, instance, "index_job")
                 ok &= success
                 _say(
-                    f"  {'done' if success else 'FAILED'}: "
-                    + _describe(
+                    _outcome(
+                        success,
                         events,
                         (
                             "entities",
@@ -823,7 +835,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say("[index] Elasticsearch is behind its inputs: syncing it")
         success, events = _run_job(defs, instance, "index_job")
         ok &= success
-        _say(f"  {'done' if success else 'FAILED'}: " + _describe(events, ("es_written", "es_deleted", "es_unchanged")))
+        _say(_outcome(success, events, ("es_written", "es_deleted", "es_unchanged")))
     else:
         _say("everything is up to date")
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them

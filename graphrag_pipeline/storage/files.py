@@ -72,13 +72,17 @@ def file_sha256(path: Path) -> str:
 # LZ4, not polars' default zstd: these are working files, written and read again on every update;
 # on the merged graph of 10,000 documents LZ4 writes 2.5x and reads 2x faster for 1.7x the bytes
 PARQUET_COMPRESSION = "lz4"
+# and without column statistics (min/max per row group): no reader here filters by them (keys are
+# spread over every row group), and on the merged graph of 50,000 documents they cost a third of
+# the writing time (nodes and edges: 1.6 -> 1.2 s) and a fifth of the reading
+PARQUET_STATISTICS = False
 
 
 def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False, remember: bool = False) -> str | None:
     """Write `df` atomically; with `checksum`, return the SHA-256 of the file as written.
     remember: keep `df` in the table memo as the file's content (see TableMemo), when it is on."""
     with atomic_path(target, ".parquet") as tmp:
-        df.write_parquet(tmp, compression=PARQUET_COMPRESSION)
+        df.write_parquet(tmp, compression=PARQUET_COMPRESSION, statistics=PARQUET_STATISTICS)
         digest = file_sha256(tmp) if checksum else None
     if remember:
         TABLES.put(target, df)

@@ -1294,6 +1294,75 @@ REAL_PARAGRAPHS = [
 ]
 
 
+def cmd_update_ab(args) -> None:
+    """One-document updates of a kept home (`scale --keep-homes`), alternating two versions of the
+    code (git revisions, checked out as worktrees under the work dir and put first on PYTHONPATH):
+    the same home, corpus and machine for both, so a change's effect is not confused with the
+    machine's speed of the day (which moved the 50k figure by 1.4x between two runs)."""
+    from corpus import edit_document
+
+    home, corpus = args.home.resolve(), args.corpus.resolve()
+    if not (home / "dagster").is_dir():
+        raise SystemExit(f"{home} is not a built home (scale --keep-homes keeps them under the work dir)")
+    work = fresh(args.work_dir / "update-ab")
+    variants = []
+    for rev in (args.before, args.after):
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        tree = work / f"tree-{commit}"
+        subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=REPO, check=True)
+        variants.append((commit, tree))
+    files = sorted(corpus.glob("*.txt"))
+    rows = []
+    try:
+        for r in range(args.rounds):
+            for i, (commit, tree) in enumerate(variants):
+                edited = files[(7919 * (2 * r + i + 1)) % len(files)]
+                edit_document(edited)
+                before = run_ids(home)
+                env = clean_env(PYTHONPATH=str(tree))
+                upd = build(home, corpus, "fast", env, work / f"update-{r}-{commit}.log", batch_size=args.batch_size)
+                st = dagster_stats(home, time.time(), exclude=before)
+                steps = {s["step"]: s["total_s"] for s in st["step_times"]}
+                rows.append(
+                    {
+                        "round": r + 1,
+                        "code": commit,
+                        "document": edited.name,
+                        "wall_s": upd["wall_s"],
+                        "outside_steps_s": round(max(0.0, upd["wall_s"] - sum(steps.values())), 3),
+                        **{k: steps.get(k) for k in AB_STEPS},
+                    }
+                )
+                say(f"update-ab round {r + 1}: {commit} {edited.name} {upd['wall_s']}s")
+    finally:
+        for _, tree in variants:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+    summary = []
+    for commit, _ in variants:
+        mine = [row for row in rows if row["code"] == commit]
+        med = {
+            k: round(statistics.median([row[k] for row in mine if row[k] is not None] or [0.0]), 3)
+            for k in ("wall_s", "outside_steps_s", *AB_STEPS)
+        }
+        summary.append({"code": commit, "updates": len(mine), **med})
+    write_result(
+        args.results_dir,
+        args.name or "update-ab",
+        "One-document updates of a kept home, two versions of the code alternating",
+        {"home": str(home), "before": args.before, "after": args.after, "rounds": args.rounds},
+        {"rows": rows, "summary": summary},
+        [
+            ("Median per version (s)", md_table(summary, ["code", "updates", "wall_s", "outside_steps_s", *AB_STEPS])),
+            ("Every update (s)", md_table(rows, ["round", "code", "document", "wall_s", "outside_steps_s", *AB_STEPS])),
+        ],
+    )
+
+
+AB_STEPS = ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index")
+
+
 def pick_edit_targets(corpus: Path, rels: list[str], k: int, min_bytes: int = 2000) -> list[str]:
     """``k`` different documents, deterministically: admin-guide/README.rst.txt when present, then
     the files at evenly spaced positions of the sorted list (the middle one for k=1), each moved
@@ -2557,6 +2626,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--updates", type=int, default=3, help="one-document updates per size (the median is reported)")
     s.add_argument("--name")
     s.set_defaults(func=cmd_scale)
+
+    ab = sub.add_parser("update-ab", help="one-document updates of a kept home, two code versions alternating")
+    ab.add_argument("--home", type=Path, required=True, help="a home kept by `scale --keep-homes`")
+    ab.add_argument("--corpus", type=Path, required=True, help="its corpus (the work dir's scale/corpus)")
+    ab.add_argument("--before", required=True, help="git revision of the code to compare with")
+    ab.add_argument("--after", default="HEAD", help="git revision of the code under test")
+    ab.add_argument("--rounds", type=int, default=3, help="updates per version")
+    ab.add_argument("--batch-size", type=int, default=500)
+    ab.add_argument("--name")
+    ab.set_defaults(func=cmd_update_ab)
 
     r = sub.add_parser(
         "real", help="fast build of the Linux kernel documentation (linux-doc-6.1), one-paragraph edits and reverts"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import shutil
 import signal
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields
 from pathlib import Path
 
@@ -165,6 +167,38 @@ class BudgetExceeded(Exception):
 _ESTIMATE_TAGS: dict[str, str] = {}
 
 
+class _SaidByTheCli(logging.Filter):
+    """Dagster's console lines that a build without -v leaves out: a failed step's or run's error
+    with its stack trace (printed for the step, then again for the run) and the steps skipped
+    after it. `_run_job` names each failed step with its error in one line; the trace stays in the
+    run's event log (the Dagster UI) and `build -v` prints it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        meta = getattr(record, "dagster_meta", None)
+        event = meta.get("dagster_event") if isinstance(meta, dict) else None
+        if getattr(event, "event_type_value", None) in ("STEP_FAILURE", "PIPELINE_FAILURE"):  # a run's: PIPELINE_
+            return False
+        return not (record.levelno >= logging.ERROR and str(record.msg).endswith("Not executing."))
+
+
+@contextmanager
+def _console_without_failure_traces():
+    """Dagster makes its console logger of the current logging class when a run starts: during the
+    run, that class carries `_SaidByTheCli` (nothing else is filtered)."""
+    base = logging.getLoggerClass()
+
+    class _Console(base):  # type: ignore[misc, valid-type]
+        def __init__(self, name, level=logging.NOTSET):
+            super().__init__(name, level)
+            self.addFilter(_SaidByTheCli())
+
+    logging.setLoggerClass(_Console)
+    try:
+        yield
+    finally:
+        logging.setLoggerClass(base)
+
+
 def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
     """Run a job in this process; False when any step or any asset check failed. A stop asked for
     during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
@@ -177,12 +211,14 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     if ops:
         run_config["ops"] = ops
     _remote_push()  # what the steps read (state files, the home record) is in the bucket before they start
-    result = job.execute_in_process(
-        instance=instance,
-        tags={**(tags or {}), **cli_run_tags(), **_ESTIMATE_TAGS},
-        raise_on_error=False,
-        run_config=run_config,
-    )
+    quiet = _DAGSTER_LOG_LEVEL["level"] != "INFO"
+    with _console_without_failure_traces() if quiet else nullcontext():
+        result = job.execute_in_process(
+            instance=instance,
+            tags={**(tags or {}), **cli_run_tags(), **_ESTIMATE_TAGS},
+            raise_on_error=False,
+            run_config=run_config,
+        )
     if _REMOTE:
         _remote_pull(quiet=True)  # what the steps wrote, wherever they ran
     signo = interrupts.requested()
@@ -220,10 +256,13 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
             message = (err.message or "").strip() if err else ""
             if message and "Exceeded max_retries" not in message:
                 causes[ev.step_key] = message
-    for step in result.get_step_failure_events():
+    failures = result.get_step_failure_events()
+    for step in failures:
         err = step.event_specific_data.error
         message = _plain_error(causes.get(step.step_key) or (err.message.strip() if err else "unknown error"))
         _say(f"  FAILED {step.step_key}: {message}")
+        if quiet and step is failures[-1]:
+            _say(f"  (stack traces: run {result.run_id} in the Dagster UI, or `graphrag-pipeline build -v`)")
         failure = getattr(step.event_specific_data, "user_failure_data", None)
         if failure is not None and (failure.metadata or {}).get("budget_exceeded"):
             raise BudgetExceeded(message)
@@ -755,7 +794,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         last = i == len(batches)
         job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
         _say(
-            f"[documents {i}/{len(batches)}] {len(batch)} documents: {batch[0]}"
+            f"[documents {i}/{len(batches)}] {_count(len(batch), 'document')}: {batch[0]}"
             + (f" .. {batch[-1]}" if len(batch) > 1 else "")
             + (" (then merge, resolve, cluster)" if last else "")
         )

@@ -304,7 +304,7 @@ def test_a_build_against_a_dead_endpoint_stops_at_once_and_the_next_build_resume
         assert (home / "tables" / "doc_subgraph" / f"{name}.json").exists()
 
 
-def test_an_embeddings_call_that_fails_after_its_retries_fails_the_index_step_once(home, corpus, monkeypatch):
+def test_an_embeddings_call_that_fails_after_its_retries_fails_the_index_step_once(home, corpus, monkeypatch, capsys):
     """A refused embeddings request (here 400: each request is refused) fails `search_index` after
     the client's own attempts, without Dagster's step retries (they sent the same requests again,
     3x in all: found by a sweep with an endpoint failing mid-build); the build exits non-zero and
@@ -319,6 +319,10 @@ def test_an_embeddings_call_that_fails_after_its_retries_fails_the_index_step_on
         assert "FAILED search_index" in out and "the published index was left untouched" in out, out
         assert "test-embed" in out  # the message names the embedding model
         assert len(srv.embedding_requests) == 1  # a 400 is not retried: one request, not one per step retry
+        # the failure is said once, in the CLI's line; Dagster's traces (step, then run) only with -v
+        assert "stack traces: run " in out and "build -v" in out
+        err = capsys.readouterr().err
+        assert "Stack Trace" not in err and "Not executing" not in err and "STEP_FAILURE" not in err, err
 
 
 def test_a_refused_key_stops_the_build_with_a_message_about_the_key(home, corpus, monkeypatch, capsys):

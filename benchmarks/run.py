@@ -1298,31 +1298,42 @@ def cmd_update_ab(args) -> None:
     """One-document updates of a kept home (`scale --keep-homes`), alternating two versions of the
     code (git revisions, checked out as worktrees under the work dir and put first on PYTHONPATH):
     the same home, corpus and machine for both, so a change's effect is not confused with the
-    machine's speed of the day (which moved the 50k figure by 1.4x between two runs)."""
+    machine's speed of the day (which moved the 50k figure by 1.4x between two runs). In each round
+    both versions edit the same document (other new text each time: an update's cost depends on
+    what the edit touches), and every update must have processed exactly one document."""
     from corpus import edit_document
 
     home, corpus = args.home.resolve(), args.corpus.resolve()
     if not (home / "dagster").is_dir():
         raise SystemExit(f"{home} is not a built home (scale --keep-homes keeps them under the work dir)")
-    work = fresh(args.work_dir / "update-ab")
-    variants = []
-    for rev in (args.before, args.after):
-        commit = subprocess.run(
+    commits = [
+        subprocess.run(
             ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
         ).stdout.strip()
-        tree = work / f"tree-{commit}"
-        subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=REPO, check=True)
-        variants.append((commit, tree))
+        for rev in (args.before, args.after)
+    ]
+    if commits[0] == commits[1]:
+        raise SystemExit(f"--before and --after name the same commit {commits[0]}")
+    work = fresh(args.work_dir / "update-ab")
+    subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=False)
     files = sorted(corpus.glob("*.txt"))
-    rows = []
+    salt = int(time.time())  # other new text than any earlier run's edit of the same documents
+    rows, variants = [], []
     try:
+        for commit in commits:
+            tree = work / f"tree-{commit}"
+            subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=REPO, check=True)
+            variants.append((commit, tree))
         for r in range(args.rounds):
+            edited = files[(7919 * (r + 1)) % len(files)]
             for i, (commit, tree) in enumerate(variants):
-                edited = files[(7919 * (2 * r + i + 1)) % len(files)]
-                edit_document(edited)
+                edit_document(edited, seed=salt * 10 + 2 * r + i)
                 before = run_ids(home)
+                log = work / f"update-{r}-{commit}.log"
                 env = clean_env(PYTHONPATH=str(tree))
-                upd = build(home, corpus, "fast", env, work / f"update-{r}-{commit}.log", batch_size=args.batch_size)
+                upd = build(home, corpus, "fast", env, log, batch_size=args.batch_size)
+                if "1 to process" not in log.read_text(errors="replace"):
+                    raise SystemExit(f"the update by {commit} did not process exactly one document: see {log}")
                 st = dagster_stats(home, time.time(), exclude=before)
                 steps = {s["step"]: s["total_s"] for s in st["step_times"]}
                 rows.append(
@@ -1331,6 +1342,7 @@ def cmd_update_ab(args) -> None:
                         "code": commit,
                         "document": edited.name,
                         "wall_s": upd["wall_s"],
+                        "peak_rss_mb": upd["peak_rss_tree_mb"],
                         "outside_steps_s": round(max(0.0, upd["wall_s"] - sum(steps.values())), 3),
                         **{k: steps.get(k) for k in AB_STEPS},
                     }
@@ -1340,11 +1352,11 @@ def cmd_update_ab(args) -> None:
         for _, tree in variants:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
     summary = []
+    measures = ("wall_s", "peak_rss_mb", "outside_steps_s", *AB_STEPS)
     for commit, _ in variants:
         mine = [row for row in rows if row["code"] == commit]
         med = {
-            k: round(statistics.median([row[k] for row in mine if row[k] is not None] or [0.0]), 3)
-            for k in ("wall_s", "outside_steps_s", *AB_STEPS)
+            k: round(statistics.median([row[k] for row in mine if row[k] is not None] or [0.0]), 3) for k in measures
         }
         summary.append({"code": commit, "updates": len(mine), **med})
     write_result(
@@ -1354,8 +1366,11 @@ def cmd_update_ab(args) -> None:
         {"home": str(home), "before": args.before, "after": args.after, "rounds": args.rounds},
         {"rows": rows, "summary": summary},
         [
-            ("Median per version (s)", md_table(summary, ["code", "updates", "wall_s", "outside_steps_s", *AB_STEPS])),
-            ("Every update (s)", md_table(rows, ["round", "code", "document", "wall_s", "outside_steps_s", *AB_STEPS])),
+            (
+                "Median per version (s; peak memory of the update's process tree in MB)",
+                md_table(summary, ["code", "updates", *measures]),
+            ),
+            ("Every update (s)", md_table(rows, ["round", "code", "document", *measures])),
         ],
     )
 

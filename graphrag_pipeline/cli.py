@@ -176,9 +176,17 @@ class _SaidByTheCli(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         meta = getattr(record, "dagster_meta", None)
         event = meta.get("dagster_event") if isinstance(meta, dict) else None
-        if getattr(event, "event_type_value", None) in ("STEP_FAILURE", "PIPELINE_FAILURE"):  # a run's: PIPELINE_
+        kind = getattr(event, "event_type_value", None)
+        if kind == "STEP_FAILURE" or (kind == "PIPELINE_FAILURE" and _failed_by_a_step(event)):
             return False
         return not (record.levelno >= logging.ERROR and str(record.msg).endswith("Not executing."))
+
+
+def _failed_by_a_step(run_failure) -> bool:
+    """Whether a run's failure event (PIPELINE_FAILURE) was caused by a failed step (which the CLI
+    names itself), not by the run (an exception outside the steps, a worker lost...)."""
+    reason = getattr(getattr(run_failure, "event_specific_data", None), "failure_reason", None)
+    return getattr(reason, "value", None) == "STEP_FAILURE"
 
 
 @contextmanager
@@ -268,6 +276,13 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
             raise BudgetExceeded(message)
         if failure is not None and (failure.metadata or {}).get("endpoint_down"):
             raise EndpointDown(message)
+    if not result.success and not failures:
+        # the run itself failed (not one of its steps): its error is said here, Dagster's line kept
+        for ev in result.all_events:
+            if ev.event_type == dg.DagsterEventType.RUN_FAILURE and not _failed_by_a_step(ev):
+                err = getattr(ev.event_specific_data, "error", None)
+                reason = (err.message.strip() if err and err.message else "") or ev.message or "unknown error"
+                _say(f"  FAILED run {result.run_id}: {_plain_error(reason)}")
     passed = []
     for ev in result.all_events:
         if ev.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
@@ -297,7 +312,7 @@ def _plain_error(message: str) -> str:
     from graphrag_pipeline.settings import raw
 
     # a step's own failure (dg.Failure) says what happened; the class's module path adds nothing
-    message = message.removeprefix("dagster._core.definitions.events.Failure: ")
+    message = re.sub(r"^dagster\.[\w.]*\.Failure: ", "", message)
     low = message.lower()
     home = raw("GRAPHRAG_HOME") or "the home"
     if "no space left" in low or "disk is full" in low:

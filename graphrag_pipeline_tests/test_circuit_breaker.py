@@ -322,7 +322,8 @@ def test_an_embeddings_call_that_fails_after_its_retries_fails_the_index_step_on
         # the failure is said once, in the CLI's line; Dagster's traces (step, then run) only with -v
         assert "stack traces: run " in out and "build -v" in out
         err = capsys.readouterr().err
-        assert "Stack Trace" not in err and "Not executing" not in err and "STEP_FAILURE" not in err, err
+        assert "Stack Trace" not in err and "Not executing" not in err, err
+        assert "STEP_FAILURE" not in err and "RUN_FAILURE" not in err, err
 
 
 def test_a_refused_key_stops_the_build_with_a_message_about_the_key(home, corpus, monkeypatch, capsys):

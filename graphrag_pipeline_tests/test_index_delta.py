@@ -406,6 +406,13 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
     rehashed = _publish(path, tiny, counting)
     assert rehashed.mode == "full" and "row hash scheme" in rehashed.reason
     assert counting.seen == []  # an entity's vector embeds its name: the edited description needs none
+    # vectors of texts made another way (or by a version that did not say how) are not reused
+    con = duckdb.connect(str(path))
+    con.execute("""UPDATE meta SET value = '"texts-0"' WHERE key = 'embed_text_scheme'""")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    counting = Counting(256)
+    assert _publish(path, inp, counting).mode == "full" and len(counting.seen) > 100
 
 
 def test_an_incomplete_index_is_never_published(tmp_path):

@@ -369,3 +369,18 @@ def test_every_step_that_can_call_the_llm_is_in_the_llm_pool():
     }
     assert {k for k, pool in pools.items() if pool == "llm"} == calling
     assert all(pools[k] is None for k in pools.keys() - calling)
+
+
+def test_a_run_that_fails_outside_its_steps_says_why(home, corpus, monkeypatch, capsys):
+    """A run that fails before or between its steps (an exception in the executor, a lost worker)
+    has no failed step to name: the CLI says the run's own error, and Dagster's line for it stays."""
+    from dagster._core.executor.in_process import InProcessExecutor
+
+    def broken(self, plan_context, execution_plan):
+        raise RuntimeError("the executor broke down")
+
+    monkeypatch.setattr(InProcessExecutor, "execute", broken)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code != 0, out
+    assert "FAILED run " in out and "the executor broke down" in out, out
+    assert "build FAILED" in out

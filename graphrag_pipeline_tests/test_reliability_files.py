@@ -23,6 +23,7 @@ from graphrag_pipeline.ingest.corpus_sync import plan_sync, stored_hash
 from graphrag_pipeline.ingest.documents import corpus_keys, display_path, partition_key, read_document, scan_corpus
 from graphrag_pipeline.storage.files import (
     DamagedFileError,
+    TableMemo,
     clean_temp_files,
     copy_file,
     describe_os_error,
@@ -718,3 +719,21 @@ def test_graph_read_from_memory_equals_the_graph_read_from_disk(tmp_path):
         for a, b in zip(disk, memory):
             assert a.equals(b)
     assert in_memory[0][1]["target_key"].to_list() == ["b", "d"]
+
+
+def test_table_memo_is_bounded_in_tables_and_bytes():
+    small = pl.DataFrame({"k": list(range(100))})
+    big = pl.DataFrame({"k": list(range(100_000))})
+    memo = TableMemo(max_tables=2, max_bytes=4 * big.estimated_size() // 3)
+    memo.enabled = 1
+    memo.put(("a",), big)
+    memo.put(("b",), big)  # both do not fit: the older goes
+    assert list(memo._tables) == [("b",)]
+    memo.put(("c",), small)
+    memo.put(("d",), small)  # at most two tables
+    assert list(memo._tables) == [("c",), ("d",)]
+    memo.put(("e",), pl.concat([big, big]))  # larger than the budget: not kept
+    assert ("e",) not in memo._tables
+    memo.enabled = 0
+    memo.put(("f",), small)  # off: nothing kept
+    assert ("f",) not in memo._tables

@@ -42,6 +42,7 @@ from graphrag_pipeline.index.duckdb_reader import attach_read_only
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
     COLUMNS,
+    EMBED_TEXT_SCHEME,
     HASH,
     HASH_SCHEME,
     KEYS,
@@ -243,8 +244,11 @@ def _read_previous_vectors(con) -> dict:
 def _vectors_of_same_embedder(target: Path, prev: dict, embedder: Embedder) -> dict | None:
     """The published (text, vector) pairs when the published index was embedded by this embedder:
     an index rebuilt for another schema or row-hash scheme (a new version of this project or of
-    polars) re-embeds nothing that it has. None when the embedder differs or they cannot be read."""
+    polars) re-embeds nothing that it has. None when the embedder or the way texts are made for it
+    (EMBED_TEXT_SCHEME) differs, or they cannot be read."""
     if prev.get("embedding_model") != embedder.model_id or int(prev.get("embedding_dim") or 0) != embedder.dim:
+        return None
+    if prev.get("embed_text_scheme") != EMBED_TEXT_SCHEME:  # vectors of texts made another way (or unknown)
         return None
     try:
         con = attach_read_only(target)
@@ -312,6 +316,7 @@ def write_duckdb_index(
             full_meta = {
                 "schema_version": SCHEMA_VERSION,
                 "row_hash_scheme": HASH_SCHEME,
+                "embed_text_scheme": EMBED_TEXT_SCHEME,
                 "index_id": uuid.uuid4().hex,
                 "index_version": 1,
                 "previous_index_id": None,
@@ -679,7 +684,9 @@ def publish_index(
 
         content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
         prev_content = {
-            k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in ("schema_version", "row_hash_scheme")
+            k: v
+            for k, v in prev.items()
+            if k not in _VOLATILE_META and k not in ("schema_version", "row_hash_scheme", "embed_text_scheme")
         }
         if touched == 0 and content_meta == prev_content:
             verify(con)  # what stays published must be complete too
@@ -728,7 +735,13 @@ def publish_index(
             counts = _table_counts(con)
             _write_meta(
                 con,
-                {"schema_version": SCHEMA_VERSION, "row_hash_scheme": HASH_SCHEME, **publish_meta, "counts": counts},
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "row_hash_scheme": HASH_SCHEME,
+                    "embed_text_scheme": EMBED_TEXT_SCHEME,
+                    **publish_meta,
+                    "counts": counts,
+                },
                 changes,
             )
             con.execute("COMMIT")

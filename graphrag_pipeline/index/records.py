@@ -122,6 +122,11 @@ def with_hash(table: str, df: pl.DataFrame) -> pl.DataFrame:
     return df.select(list(COLUMNS[table])).with_columns(row_hashes(df, COLUMNS[table]).alias(HASH))
 
 
+# what a vector embeds (embed_texts here, _TEXTS in duckdb_writer): recorded in the index, so vectors
+# are reused across a rebuild only for texts made the same way. Change it with either of them.
+EMBED_TEXT_SCHEME = "texts-1"
+
+
 def embed_texts(table: str, df: pl.DataFrame) -> list[str]:
     """The text each row's vector embeds."""
     if table == "entities":

@@ -84,8 +84,9 @@ def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False, rem
     with atomic_path(target, ".parquet") as tmp:
         df.write_parquet(tmp, compression=PARQUET_COMPRESSION, statistics=PARQUET_STATISTICS)
         digest = file_sha256(tmp) if checksum else None
-    if remember:
-        TABLES.put(target, df)
+        # the identity of the file written (a rename keeps it), not of whatever holds the name later
+        written = TABLES.identity(tmp) if remember and TABLES.enabled else None
+    TABLES.put(written, df)
     return digest
 
 
@@ -170,19 +171,24 @@ def _short(exc: BaseException, limit: int = 160) -> str:
 class TableMemo:
     """The large tables this process wrote or read lately, by the identity of their file: device,
     inode, size, modification time and a hash of the file's last 64 KiB (the Parquet footer, with
-    every column chunk's offsets and statistics). No file here is changed in place (every write is
+    the offsets and sizes of every column chunk). No file here is changed in place (every write is
     a new file renamed over the name), and a hard link shares its file's identity, so a stage
     reading the graph that an earlier stage of the same process wrote (or linked) gets the table
     without decoding it again: at 50,000 documents the merged graph is read by resolution, the
-    clustering, the reports, the index and three checks of one build.
+    clustering, the reports, the index and three checks of one build. A file replaced since (a new
+    inode) or changed in its size, time or last 64 KiB is read again; one altered in place further
+    up with its size and time put back is not noticed here (the checksums of `verify` are).
 
-    Off unless a caller turns it on (`remembering`): the CLI's build does, for its in-process runs.
-    A run in its own process (Dagster's multiprocess, k8s or celery executors) reads the files."""
+    Bounded: at most `max_tables` tables and `max_bytes` of them (a quarter of the machine's memory,
+    at most 4 GiB; a larger table is not kept), the least recently used dropped first. Off unless a
+    caller turns it on (`remembering`): the CLI's build does, for its in-process runs. A run in its
+    own process (Dagster's multiprocess, k8s or celery executors) reads the files."""
 
-    def __init__(self, max_tables: int = 4):
+    def __init__(self, max_tables: int = 4, max_bytes: int | None = None):
         self.max_tables = max_tables
+        self.max_bytes = max_bytes if max_bytes is not None else _memo_budget()
         self.enabled = 0
-        self._tables: dict[tuple, pl.DataFrame] = {}
+        self._tables: dict[tuple, tuple[pl.DataFrame, int]] = {}
         self._lock = threading.Lock()
         self.hits = 0
 
@@ -202,28 +208,38 @@ class TableMemo:
             return None
         key = self.identity(path)
         with self._lock:
-            df = self._tables.pop(key, None) if key is not None else None
-            if df is not None:
-                self._tables[key] = df  # most recently used last
+            entry = self._tables.pop(key, None) if key is not None else None
+            if entry is not None:
+                self._tables[key] = entry  # most recently used last
                 self.hits += 1
-        return df
+        return entry[0] if entry is not None else None
 
-    def put(self, path: Path, df: pl.DataFrame) -> None:
-        if not self.enabled:
+    def put(self, key: tuple | None, df: pl.DataFrame) -> None:
+        """Keep `df` as the content of the file whose identity is `key` (taken from the file the
+        table was written to or read from: see write_parquet and read_parquet)."""
+        if not self.enabled or key is None:
             return
-        key = self.identity(path)
-        if key is None:
-            return
+        size = int(df.estimated_size())
         with self._lock:
             self._tables.pop(key, None)
-            self._tables[key] = df
-            while len(self._tables) > self.max_tables:
+            if size > self.max_bytes:
+                return
+            self._tables[key] = (df, size)
+            while len(self._tables) > self.max_tables or sum(n for _, n in self._tables.values()) > self.max_bytes:
                 self._tables.pop(next(iter(self._tables)))
 
     def clear(self) -> None:
         with self._lock:
             self._tables.clear()
             self.hits = 0
+
+
+def _memo_budget() -> int:
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = 8 << 30
+    return min(4 << 30, total // 4)
 
 
 TABLES = TableMemo()
@@ -254,8 +270,10 @@ def read_parquet(
         if known is not None:
             return known.select(columns) if columns is not None else known
         if columns is None:
+            before = TABLES.identity(path)
             df = read_parquet(path, schema)
-            TABLES.put(path, df)
+            if before is not None and TABLES.identity(path) == before:  # not replaced while it was read
+                TABLES.put(before, df)
             return df
     if not path.exists():
         if schema and columns:

@@ -67,6 +67,13 @@ from graphrag_pipeline.storage.files import atomic_path
 SCHEMA_VERSION = 5  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section;
 # 5: entities without community_ids
 MAX_DELTA_FRACTION = 0.3
+# how the file is laid out, its rows hashed and its vectors' texts made: in every index's meta,
+# never compared as content
+_FORMAT_META = {
+    "schema_version": SCHEMA_VERSION,
+    "row_hash_scheme": HASH_SCHEME,
+    "embed_text_scheme": EMBED_TEXT_SCHEME,
+}
 CHANGES_SCHEMA = {"table_name": pl.Utf8, "key": pl.Utf8, "key2": pl.Utf8, "op": pl.Utf8}
 # meta entries that describe the publish itself rather than the content
 _VOLATILE_META = {
@@ -241,15 +248,18 @@ def _read_previous_vectors(con) -> dict:
     return {name: con.sql(sql).pl() for name, sql in _TEXTS.items()}
 
 
+def _same_embedder(meta: dict, embedder: Embedder) -> bool:
+    """Whether an index's meta names this embedder (model and dimension)."""
+    return meta.get("embedding_model") == embedder.model_id and int(meta.get("embedding_dim") or 0) == embedder.dim
+
+
 def _vectors_of_same_embedder(target: Path, prev: dict, embedder: Embedder) -> dict | None:
     """The published (text, vector) pairs when the published index was embedded by this embedder:
     an index rebuilt for another schema or row-hash scheme (a new version of this project or of
     polars) re-embeds nothing that it has. None when the embedder or the way texts are made for it
     (EMBED_TEXT_SCHEME) differs, or they cannot be read."""
-    if prev.get("embedding_model") != embedder.model_id or int(prev.get("embedding_dim") or 0) != embedder.dim:
-        return None
-    if prev.get("embed_text_scheme") != EMBED_TEXT_SCHEME:  # vectors of texts made another way (or unknown)
-        return None
+    if not _same_embedder(prev, embedder) or prev.get("embed_text_scheme") != EMBED_TEXT_SCHEME:
+        return None  # other vectors, or vectors of texts made another way (or by a version that did not say)
     try:
         con = attach_read_only(target)
     except (duckdb.Error, OSError):
@@ -314,9 +324,7 @@ def write_duckdb_index(
             con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             con.execute("CREATE TABLE changes (table_name VARCHAR, key VARCHAR, key2 VARCHAR, op VARCHAR)")
             full_meta = {
-                "schema_version": SCHEMA_VERSION,
-                "row_hash_scheme": HASH_SCHEME,
-                "embed_text_scheme": EMBED_TEXT_SCHEME,
+                **_FORMAT_META,
                 "index_id": uuid.uuid4().hex,
                 "index_version": 1,
                 "previous_index_id": None,
@@ -566,7 +574,7 @@ def _compatibility_problem(prev: dict, embedder: Embedder) -> str | None:
         return f"schema version {prev.get('schema_version')} -> {SCHEMA_VERSION}"
     if prev.get("row_hash_scheme") != HASH_SCHEME:
         return f"row hash scheme {prev.get('row_hash_scheme')} -> {HASH_SCHEME}"
-    if prev.get("embedding_model") != embedder.model_id or int(prev.get("embedding_dim") or 0) != embedder.dim:
+    if not _same_embedder(prev, embedder):
         return f"embedder {prev.get('embedding_model')} -> {embedder.model_id}"
     if not prev.get("index_id"):
         return "the previous index has no id"
@@ -683,11 +691,7 @@ def publish_index(
             return full(reason, previous, plans, prev)
 
         content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
-        prev_content = {
-            k: v
-            for k, v in prev.items()
-            if k not in _VOLATILE_META and k not in ("schema_version", "row_hash_scheme", "embed_text_scheme")
-        }
+        prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in _FORMAT_META}
         if touched == 0 and content_meta == prev_content:
             verify(con)  # what stays published must be complete too
             return result(
@@ -735,13 +739,7 @@ def publish_index(
             counts = _table_counts(con)
             _write_meta(
                 con,
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "row_hash_scheme": HASH_SCHEME,
-                    "embed_text_scheme": EMBED_TEXT_SCHEME,
-                    **publish_meta,
-                    "counts": counts,
-                },
+                {**_FORMAT_META, **publish_meta, "counts": counts},
                 changes,
             )
             con.execute("COMMIT")

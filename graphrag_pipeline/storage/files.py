@@ -204,15 +204,19 @@ class TableMemo:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tail)
 
     def get(self, path: Path) -> pl.DataFrame | None:
+        return self.lookup(path)[1]
+
+    def lookup(self, path: Path) -> tuple[tuple | None, pl.DataFrame | None]:
+        """(the file's identity, its table when kept); (None, None) when the memo is off."""
         if not self.enabled:
-            return None
+            return None, None
         key = self.identity(path)
         with self._lock:
             entry = self._tables.pop(key, None) if key is not None else None
             if entry is not None:
                 self._tables[key] = entry  # most recently used last
                 self.hits += 1
-        return entry[0] if entry is not None else None
+        return key, (entry[0] if entry is not None else None)
 
     def put(self, key: tuple | None, df: pl.DataFrame) -> None:
         """Keep `df` as the content of the file whose identity is `key` (taken from the file the
@@ -266,11 +270,10 @@ def read_parquet(
     table memo when it is on (see TableMemo)."""
     path = Path(path)
     if remember and TABLES.enabled:
-        known = TABLES.get(path)
+        before, known = TABLES.lookup(path)
         if known is not None:
             return known.select(columns) if columns is not None else known
         if columns is None:
-            before = TABLES.identity(path)
             df = read_parquet(path, schema)
             if before is not None and TABLES.identity(path) == before:  # not replaced while it was read
                 TABLES.put(before, df)

@@ -1052,7 +1052,7 @@ def cmd_scale(args) -> None:
         st = dagster_stats(home, since)
         counts = pipeline_stats(home, env)
         # several one-document updates, one after the other (different documents): an update's time
-        # varies with what the edit touches and with the index's periodic compaction; the median
+        # varies with what the edit touches (and, rarely, a compaction of the index's file); the median
         # update is reported (its stages and reports), the others' walls next to it
         files = sorted(corpus.glob("*.txt"))
         updates = []

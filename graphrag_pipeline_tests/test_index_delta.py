@@ -14,9 +14,12 @@ import pytest
 
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.index.duckdb_writer import (
+    COMPACT_FREE_FRACTION,
+    COMPACT_MIN_FREE_BLOCKS,
     SCHEMA_VERSION,
     IncompleteIndexError,
     check_index_file,
+    free_blocks,
     publish_index,
     read_meta,
 )
@@ -385,11 +388,46 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
         ),
     }
     assert _publish(path, tiny, HashingEmbedder(256)).mode == "delta"
-    con = duckdb.connect(str(path))  # pretend many deltas were applied since the last full build
-    con.execute("UPDATE meta SET value = '1000000' WHERE key = 'rows_rewritten_since_full'")
+    assert not _publish(path, inp, HashingEmbedder(256)).compacted  # deltas alone leave the file compact
+
+    # a file with many free blocks (here: a big table written, a table written after it, the big
+    # one dropped) is patched, then copied into a compact file before it is published - a delta
+    # all the same, no text re-embedded
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE junk AS SELECT md5(i::VARCHAR) || md5((-i)::VARCHAR) AS t FROM range(1200000) r(i)")
+    con.execute("CHECKPOINT")
+    con.execute("CREATE TABLE chunks_again AS SELECT * FROM chunks")
+    con.execute("DROP TABLE chunks")
+    con.execute("ALTER TABLE chunks_again RENAME TO chunks")
+    con.execute("CHECKPOINT")
+    con.execute("DROP TABLE junk")
+    con.execute("CHECKPOINT")
+    free, total = free_blocks(con)
     con.close()
-    compact = _publish(path, inp, HashingEmbedder(256))
-    assert compact.mode == "full" and compact.reason.startswith("compaction")
+    assert free > COMPACT_FREE_FRACTION * total and free >= COMPACT_MIN_FREE_BLOCKS
+    bloated = path.stat().st_size
+    counting = Counting(256)
+    compact = _publish(path, tiny, counting)
+    assert compact.mode == "delta" and compact.compacted and "compacted" in compact.reason, compact.reason
+    assert compact.to_metadata()["compacted"] and "compact" in compact.phases
+    assert len(counting.seen) <= 2 and path.stat().st_size < bloated / 2
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no copy left behind
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        free, total = free_blocks(con)
+        assert free <= COMPACT_FREE_FRACTION * total
+        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        assert names == {*TABLES, "meta", "changes"}
+        keys = "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'meta' AND constraint_type = 'PRIMARY KEY'"
+        assert con.execute(keys).fetchone()[0] == 1  # the copy keeps the tables' constraints
+    finally:
+        con.close()
+    assert read_meta(path)["previous_version"] is not None and read_meta(path)["build_mode"] == "delta"
+    assert _publish(tmp_path / "fresh.duckdb", tiny, HashingEmbedder(256)).mode == "full"
+    compacted_tables, fresh_tables = _tables(path), _tables(tmp_path / "fresh.duckdb")
+    for t in TABLES:
+        assert compacted_tables[t].equals(fresh_tables[t]), t
+    (tmp_path / "fresh.duckdb").unlink()
 
     con = duckdb.connect(str(path))
     con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
@@ -458,13 +496,25 @@ def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
     t = threading.Thread(target=reader)
     t.start()
     try:
-        # a whole-graph edit back and forth: deltas, and a compaction once they add up
-        modes = [_publish(path, edited if i % 2 == 0 else inp, max_fraction=1.0).mode for i in range(6)]
+        # a whole-graph edit back and forth: deltas, compacted ones and a full rebuild
+        results = [
+            _publish(
+                path,
+                edited if i % 2 == 0 else inp,
+                max_fraction=1.0,
+                compact_above=0.0 if i in (1, 2) else COMPACT_FREE_FRACTION,
+                compact_min_blocks=0 if i in (1, 2) else COMPACT_MIN_FREE_BLOCKS,
+                full_rebuild=i == 4,
+            )
+            for i in range(6)
+        ]
     finally:
         stop.set()
         t.join()
     assert not errors, errors[:3]
-    assert modes[0] == "delta" and "full" in modes and seen and seen <= expected
+    assert [r.mode for r in results] == ["delta"] * 4 + ["full", "delta"]
+    assert [r.compacted for r in results] == [False, True, True, False, False, False]
+    assert seen and seen <= expected
     assert not [p for p in tmp_path.iterdir() if p.name != "index.duckdb"]
 
 

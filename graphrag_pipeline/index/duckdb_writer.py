@@ -15,10 +15,16 @@ No process ever holds a write lock on the published file.
    updated, `meta` and `changes` are rewritten, the copy is verified complete
    (`index_completeness`), checkpointed and renamed over the published file.
 
-A full rebuild (which also compacts the file) is written instead when there is no previous index,
-when its schema, row-hash scheme or embedder differ, when more than MAX_DELTA_FRACTION of the rows
-change (or, counting earlier deltas, have been rewritten since the last full build), or when asked.
+A full rebuild is written instead when there is no previous index, when its schema, row-hash
+scheme or embedder differ, when more than MAX_DELTA_FRACTION of the rows change, or when asked.
 Either way the tables hold exactly what a full rebuild from the same inputs holds.
+
+DuckDB re-uses the blocks that deleted rows free, so a file patched again and again grows little
+(5 % over a compact copy after 27 one-document updates of 50,000 documents). When more than
+COMPACT_FREE_FRACTION of the patched copy's blocks are free all the same (and at least
+COMPACT_MIN_FREE_BLOCKS), its tables are copied
+into a fresh file before it is published (COPY FROM DATABASE: no records, no vectors, same rows;
+15 s and 3.5 GB at 50,000 documents, where a full rebuild takes 76 s and 9 GB).
 
 Every publish gets a new `index_id` and `index_version`; `previous_index_id` names the index the
 `changes` table (table_name, key, key2, op = upsert | delete) is relative to, so a follower
@@ -67,6 +73,10 @@ from graphrag_pipeline.storage.files import atomic_path
 SCHEMA_VERSION = 5  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section;
 # 5: entities without community_ids
 MAX_DELTA_FRACTION = 0.3
+# a patched file with more than this share of its blocks free, and at least so many free blocks
+# (of 256 KiB: 16 MiB), is compacted (copied) before it is published
+COMPACT_FREE_FRACTION = 0.25
+COMPACT_MIN_FREE_BLOCKS = 64
 # how the file is laid out, its rows hashed and its vectors' texts made: in every index's meta,
 # never compared as content
 _FORMAT_META = {
@@ -375,6 +385,7 @@ class PublishResult:
     size: int
     meta: dict
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step
+    compacted: bool = False  # the patched file was copied into a compact one before it was published
 
     def to_metadata(self) -> dict:
         totals = TableDelta()
@@ -396,6 +407,7 @@ class PublishResult:
             "previous_version": self.meta.get("previous_version"),
             "changed_keys": 0 if self.mode == "unchanged" else self.meta.get("changed_keys") or 0,
             "phase_seconds": dict(self.phases),
+            "compacted": self.compacted,
         }
 
 
@@ -581,6 +593,30 @@ def _compatibility_problem(prev: dict, embedder: Embedder) -> str | None:
     return None
 
 
+def free_blocks(con) -> tuple[int, int]:
+    """(free, total) blocks of the database file open on `con`."""
+    row = con.execute("SELECT free_blocks, total_blocks FROM pragma_database_size()").fetchone()
+    return int(row[0]), int(row[1])
+
+
+def _compact(path: Path) -> None:
+    """Replace the DuckDB file at `path` by a copy of its tables (schemas, constraints and rows)
+    written afresh: what deleted rows left free is gone. The copy is renamed over `path` only once
+    it is complete."""
+    with atomic_path(path, ".duckdb") as fresh:
+        con = duckdb.connect()
+        try:
+            con.execute("ATTACH ? AS src (READ_ONLY)", [str(path)])
+            con.execute("ATTACH ? AS dst", [str(fresh)])
+            con.execute("COPY FROM DATABASE src TO dst")
+            con.execute("CHECKPOINT dst")
+            con.execute("DETACH dst")
+            con.execute("DETACH src")
+        finally:
+            con.close()
+            _drop_wal(fresh)
+
+
 def publish_index(
     target: Path,
     nodes: pl.DataFrame,
@@ -593,6 +629,8 @@ def publish_index(
     *,
     full_rebuild: bool = False,
     max_fraction: float = MAX_DELTA_FRACTION,
+    compact_above: float = COMPACT_FREE_FRACTION,
+    compact_min_blocks: int = COMPACT_MIN_FREE_BLOCKS,
     log=None,
     sources: SourcesMemo | None = None,
 ) -> PublishResult:
@@ -622,9 +660,11 @@ def publish_index(
         if not verdict.passed:
             raise IncompleteIndexError(verdict)
 
-    def result(mode: str, reason: str, stats: dict[str, TableDelta], size: int, published: dict) -> PublishResult:
+    def result(
+        mode: str, reason: str, stats: dict[str, TableDelta], size: int, published: dict, compacted: bool = False
+    ) -> PublishResult:
         lap("write")
-        return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases)
+        return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases, compacted)
 
     def full(
         reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None
@@ -682,8 +722,6 @@ def publish_index(
             reason = "full rebuild requested"
         elif touched > max_fraction * total:
             reason = f"{touched} of {total} rows change ({touched / total:.0%} > {max_fraction:.0%})"
-        elif since_full + moved > max_fraction * total:
-            reason = f"compaction: {since_full + moved} of {total} rows rewritten since the last full build"
         if reason:
             previous = _read_previous_vectors(con)  # the vectors of unchanged texts are reused
             con.close()
@@ -747,10 +785,24 @@ def publish_index(
             verify(con)
             lap("verify")
             con.execute("CHECKPOINT")
+            free, blocks = free_blocks(con)
         finally:
             con.close()
             _drop_wal(tmp)
+        reason = "incremental"
+        compacted = free > compact_above * blocks and free >= compact_min_blocks
+        if compacted:
+            lap("write")
+            say(f"compacting the index file: {free} of {blocks} blocks are free")
+            _compact(tmp)
+            lap("compact")
+            reason = f"incremental, then compacted ({free} of {blocks} blocks of the patched file were free)"
         size = tmp.stat().st_size
     return result(
-        "delta", "incremental", {t: p.stats for t, p in plans.items()}, size, {**publish_meta, "counts": counts}
+        "delta",
+        reason,
+        {t: p.stats for t, p in plans.items()},
+        size,
+        {**publish_meta, "counts": counts},
+        compacted,
     )

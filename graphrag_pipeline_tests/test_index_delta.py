@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.index import duckdb_writer
 from graphrag_pipeline.index.duckdb_writer import (
     COMPACT_FREE_FRACTION,
     COMPACT_MIN_FREE_BLOCKS,
@@ -355,7 +356,7 @@ def test_nhop_paths_are_recomputed_only_around_changed_edges():
     assert nhop_affected(after["edges"], after["edges"]) == set()
 
 
-def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
+def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path, monkeypatch):
     inp = _inputs()
     path = tmp_path / "index.duckdb"
     _publish(path, inp)
@@ -423,11 +424,22 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path):
     finally:
         con.close()
     assert read_meta(path)["previous_version"] is not None and read_meta(path)["build_mode"] == "delta"
+    assert read_meta(path)["build_reason"].startswith("incremental, then compacted")
     assert _publish(tmp_path / "fresh.duckdb", tiny, HashingEmbedder(256)).mode == "full"
     compacted_tables, fresh_tables = _tables(path), _tables(tmp_path / "fresh.duckdb")
     for t in TABLES:
         assert compacted_tables[t].equals(fresh_tables[t]), t
     (tmp_path / "fresh.duckdb").unlink()
+
+    # a compaction that fails once its copy is written: the patched file is published as it is
+    # (complete, only larger), and neither the copy nor DuckDB's temporary files stay behind
+    monkeypatch.setattr(duckdb_writer, "_COMPACT_CHECKED", (*duckdb_writer._COMPACT_CHECKED, "no_such_table"))
+    failed = _publish(path, inp, HashingEmbedder(256), compact_above=0.0, compact_min_blocks=0)
+    assert failed.mode == "delta" and not failed.compacted and "not compacted" in failed.reason, failed.reason
+    assert read_meta(path)["index_version"] == compact.meta["index_version"] + 1
+    assert _tables(path)["entities"].height == inp["nodes"].height
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+    monkeypatch.undo()
 
     con = duckdb.connect(str(path))
     con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")

@@ -94,7 +94,7 @@ _VOLATILE_META = {
     "previous_version",
     "build_mode",
     "build_reason",
-    "rows_rewritten_since_full",
+    "rows_rewritten_since_full",  # (older indexes)
     "changed_keys",
     "counts",
 }
@@ -594,27 +594,40 @@ def _compatibility_problem(prev: dict, embedder: Embedder) -> str | None:
 
 
 def free_blocks(con) -> tuple[int, int]:
-    """(free, total) blocks of the database file open on `con`."""
-    row = con.execute("SELECT free_blocks, total_blocks FROM pragma_database_size()").fetchone()
+    """(free, total) blocks of the database file open on `con` (its default database)."""
+    row = con.execute(
+        "SELECT free_blocks, total_blocks FROM pragma_database_size() WHERE database_name = current_database()"
+    ).fetchone()
     return int(row[0]), int(row[1])
 
 
-def _compact(path: Path) -> None:
+_COMPACT_CHECKED = (*TABLES, "meta", "changes")  # the tables whose rows a compacted copy must hold
+
+
+def _compact(path: Path, build_reason: str) -> None:
     """Replace the DuckDB file at `path` by a copy of its tables (schemas, constraints and rows)
     written afresh: what deleted rows left free is gone. The copy is renamed over `path` only once
-    it is complete."""
+    it is complete and holds as many rows per table; `build_reason` goes into its meta."""
+    spill = path.with_name(path.name + ".spill")  # DuckDB's temporary files, beside the index
     with atomic_path(path, ".duckdb") as fresh:
         con = duckdb.connect()
         try:
+            con.execute("SET temp_directory = ?", [str(spill)])
             con.execute("ATTACH ? AS src (READ_ONLY)", [str(path)])
             con.execute("ATTACH ? AS dst", [str(fresh)])
             con.execute("COPY FROM DATABASE src TO dst")
+            for table in _COMPACT_CHECKED:
+                n = [con.execute(f"SELECT count(*) FROM {db}.{table}").fetchone()[0] for db in ("src", "dst")]
+                if n[0] != n[1]:
+                    raise RuntimeError(f"the compacted copy of {path.name} holds {n[1]} rows of {table}, not {n[0]}")
+            con.execute("INSERT OR REPLACE INTO dst.meta VALUES ('build_reason', ?)", [json.dumps(build_reason)])
             con.execute("CHECKPOINT dst")
             con.execute("DETACH dst")
             con.execute("DETACH src")
         finally:
             con.close()
             _drop_wal(fresh)
+            shutil.rmtree(spill, ignore_errors=True)
 
 
 def publish_index(
@@ -682,7 +695,6 @@ def publish_index(
             "previous_version": prev_meta.get("index_version") if plans is not None else None,
             "build_mode": "full",
             "build_reason": reason,
-            "rows_rewritten_since_full": 0,
             "changed_keys": changes.height if changes is not None else None,
         }
         size = write_duckdb_index(tables, target, publish_meta, changes, verify=verify)
@@ -706,13 +718,11 @@ def publish_index(
         old_counts = _table_counts(con)
         plans, n_affected = _compare(con, rows, edges, old_counts)
         lap("compare")
-        # rows with vectors decide (they are what a full build costs and what deleted rows leave
-        # behind in the file); a row of the small vectorless tables (n-hop paths, type pool) counts a tenth
+        # rows with vectors decide (they are what a full build costs); a row of the small vectorless
+        # tables (n-hop paths, type pool) counts a tenth
         share = {t: (1.0 if t in VECTOR_TABLES else 0.1) for t in plans}
         touched = int(sum(share[t] * p.stats.touched for t, p in plans.items()))
-        moved = int(sum(share[t] * (p.stats.inserted + p.stats.deleted) for t, p in plans.items()))
         total = max(1, int(sum(share.get(t, 1.0) * n for t, n in old_counts.items())))
-        since_full = int(prev.get("rows_rewritten_since_full") or 0)
         say(
             f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
             f"({n_affected} entities with possibly new n-hop paths)"
@@ -761,7 +771,6 @@ def publish_index(
         "previous_version": prev.get("index_version"),
         "build_mode": "delta",
         "build_reason": "incremental",
-        "rows_rewritten_since_full": since_full + moved,
         "changed_keys": changes.height,
     }
     with atomic_path(target, ".duckdb") as tmp:
@@ -790,13 +799,18 @@ def publish_index(
             con.close()
             _drop_wal(tmp)
         reason = "incremental"
-        compacted = free > compact_above * blocks and free >= compact_min_blocks
-        if compacted:
+        compacted = False
+        if free > compact_above * blocks and free >= compact_min_blocks:
             lap("write")
             say(f"compacting the index file: {free} of {blocks} blocks are free")
-            _compact(tmp)
+            compact_reason = f"incremental, then compacted ({free} of {blocks} blocks of the patched file were free)"
+            try:
+                _compact(tmp, compact_reason)
+                reason, compacted = compact_reason, True
+            except Exception as exc:  # noqa: BLE001 - the patched file is complete: publish it as it is
+                say(f"the index file was not compacted ({type(exc).__name__}: {exc}); publishing it as patched")
+                reason = f"incremental (not compacted: {type(exc).__name__}: {exc})"
             lap("compact")
-            reason = f"incremental, then compacted ({free} of {blocks} blocks of the patched file were free)"
         size = tmp.stat().st_size
     return result(
         "delta",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -364,6 +365,7 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path, monke
     again = _publish(path, inp)
     assert again.mode == "unchanged"
     assert (os.stat(path).st_ino, os.stat(path).st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]  # the copy made meanwhile is gone
 
     edited = _edit(inp)
     v1 = read_meta(path)
@@ -483,6 +485,23 @@ def test_an_incomplete_index_is_never_published(tmp_path):
     assert verdict.passed, verdict.problems()
     verdict = check_index_file(path, edited["nodes"], edited["edges"], edited["communities"])
     assert not verdict.passed and verdict.missing_count["entities"] == 1 and verdict.extra_count["entities"] == 1
+
+
+def test_a_copy_that_fails_fails_the_publish_and_leaves_the_published_index(tmp_path, monkeypatch):
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    original = path.read_bytes()
+
+    def disk_full(src, dst):
+        Path(dst).write_bytes(b"half a copy")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(duckdb_writer.shutil, "copyfile", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _publish(path, _edit(inp), max_fraction=1.0)
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
 
 
 def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):

@@ -11,9 +11,10 @@ No process ever holds a write lock on the published file.
    that were added, removed or re-weighted;
 3. vectors are computed for new or re-worded rows only; a row whose embedded text is unchanged
    keeps its vector and is updated in place, column by column;
-4. the published file is copied beside itself, the changed keys are deleted / inserted /
-   updated, `meta` and `changes` are rewritten, the copy is verified complete
-   (`index_completeness`), checkpointed and renamed over the published file.
+4. the published file is copied beside itself (in a thread, while 1-3 run, and flushed to disk
+   there: the checkpoint below then writes only what the patch changed, not the whole copy), the
+   changed keys are deleted / inserted / updated, `meta` and `changes` are rewritten, the copy is
+   verified complete (`index_completeness`), checkpointed and renamed over the published file.
 
 A full rebuild is written instead when there is no previous index, when its schema, row-hash
 scheme or embedder differ, when more than MAX_DELTA_FRACTION of the rows change, or when asked.
@@ -36,6 +37,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -608,7 +611,8 @@ def _compact(path: Path, build_reason: str) -> None:
     """Replace the DuckDB file at `path` by a copy of its tables (schemas, constraints and rows)
     written afresh: what deleted rows left free is gone. The copy is renamed over `path` only once
     it is complete and holds as many rows per table; `build_reason` goes into its meta."""
-    spill = path.with_name(path.name + ".spill")  # DuckDB's temporary files, beside the index
+    # DuckDB's temporary files go beside the index, under a name clean_temp_files knows
+    spill = path.with_name(path.name + ".tmp")
     with atomic_path(path, ".duckdb") as fresh:
         con = duckdb.connect()
         try:
@@ -628,6 +632,41 @@ def _compact(path: Path, build_reason: str) -> None:
             con.close()
             _drop_wal(fresh)
             shutil.rmtree(spill, ignore_errors=True)
+
+
+class _Copier:
+    """A copy of `source` made beside it (under a temporary name) and flushed to disk, in a thread;
+    `take` waits for it and moves it to its destination, `discard` (always called) removes what
+    was not taken."""
+
+    def __init__(self, source: Path):
+        fd, name = tempfile.mkstemp(prefix=f".{source.name}.", suffix=".copy.tmp", dir=source.parent)
+        os.close(fd)
+        self.path = Path(name)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._copy, args=(source,), name="index-copy", daemon=True)
+        self._thread.start()
+
+    def _copy(self, source: Path) -> None:
+        try:
+            shutil.copyfile(source, self.path)
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException as exc:  # noqa: BLE001 - raised again by take()
+            self._error = exc
+
+    def take(self, dest: Path) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        os.replace(self.path, dest)
+
+    def discard(self) -> None:
+        self._thread.join()
+        self.path.unlink(missing_ok=True)
 
 
 def publish_index(
@@ -663,160 +702,174 @@ def publish_index(
 
     target = Path(target)
     say = log or (lambda msg: None)
-    rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
     prev = read_meta(target)
-    base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
-    lap("records")
+    # a patch is made on a copy of the published file, copied and flushed to disk beside the work
+    # that decides what to patch: the checkpoint then writes what the patch changed, not the file
+    patchable = prev is not None and not full_rebuild and _compatibility_problem(prev, embedder) is None
+    stat = os.stat(target) if patchable else None
+    copier = _Copier(target) if patchable else None
+    try:
+        rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
+        base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
+        lap("records")
 
-    def verify(con) -> None:
-        verdict = index_completeness(con, nodes, edges, communities)
-        if not verdict.passed:
-            raise IncompleteIndexError(verdict)
+        def verify(con) -> None:
+            verdict = index_completeness(con, nodes, edges, communities)
+            if not verdict.passed:
+                raise IncompleteIndexError(verdict)
 
-    def result(
-        mode: str, reason: str, stats: dict[str, TableDelta], size: int, published: dict, compacted: bool = False
-    ) -> PublishResult:
-        lap("write")
-        return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases, compacted)
+        def result(
+            mode: str, reason: str, stats: dict[str, TableDelta], size: int, published: dict, compacted: bool = False
+        ) -> PublishResult:
+            lap("write")
+            return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases, compacted)
 
-    def full(
-        reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None
-    ) -> PublishResult:
-        say(f"full rebuild: {reason}")
-        tables = add_vectors(replace(rows, nhop=with_hash("nhop", nhop_paths(edges))), embedder, previous)
+        def full(
+            reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None
+        ) -> PublishResult:
+            say(f"full rebuild: {reason}")
+            tables = add_vectors(replace(rows, nhop=with_hash("nhop", nhop_paths(edges))), embedder, previous)
+            lap("vectors")
+            changes = _changes_frame(plans) if plans is not None else None
+            publish_meta = {
+                **base_meta,
+                "built_at": time.time(),
+                "index_id": uuid.uuid4().hex,
+                "index_version": int((prev_meta or {}).get("index_version") or 0) + 1,
+                "previous_index_id": prev_meta.get("index_id") if plans is not None else None,
+                "previous_version": prev_meta.get("index_version") if plans is not None else None,
+                "build_mode": "full",
+                "build_reason": reason,
+                "changed_keys": changes.height if changes is not None else None,
+            }
+            size = write_duckdb_index(tables, target, publish_meta, changes, verify=verify)
+            stats = (
+                {t: p.stats for t, p in plans.items()}
+                if plans is not None
+                else {t: TableDelta(inserted=tables.get(t).height) for t in TABLES}
+            )
+            return result("full", reason, stats, size, {**publish_meta, "counts": tables.counts()})
+
+        # can the published index be patched?
+        if prev is None:
+            return full("no previous index", None, None, None)
+        problem = _compatibility_problem(prev, embedder)
+        if problem:
+            return full(problem, _vectors_of_same_embedder(target, prev, embedder), None, prev)
+
+        con = attach_read_only(target)
+        try:
+            old_counts = _table_counts(con)
+            plans, n_affected = _compare(con, rows, edges, old_counts)
+            lap("compare")
+            # rows with vectors decide (they are what a full build costs); a row of the small vectorless
+            # tables (n-hop paths, type pool) counts a tenth
+            share = {t: (1.0 if t in VECTOR_TABLES else 0.1) for t in plans}
+            touched = int(sum(share[t] * p.stats.touched for t, p in plans.items()))
+            total = max(1, int(sum(share.get(t, 1.0) * n for t, n in old_counts.items())))
+            say(
+                f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
+                f"({n_affected} entities with possibly new n-hop paths)"
+            )
+            reason = None
+            if full_rebuild:
+                reason = "full rebuild requested"
+            elif touched > max_fraction * total:
+                reason = f"{touched} of {total} rows change ({touched / total:.0%} > {max_fraction:.0%})"
+            if reason:
+                previous = _read_previous_vectors(con)  # the vectors of unchanged texts are reused
+                con.close()
+                con = None
+                return full(reason, previous, plans, prev)
+
+            content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
+            prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in _FORMAT_META}
+            if touched == 0 and content_meta == prev_content:
+                verify(con)  # what stays published must be complete too
+                return result(
+                    "unchanged",
+                    "nothing differs from the published index",
+                    {t: p.stats for t, p in plans.items()},
+                    stat.st_size,
+                    prev,
+                )
+        finally:
+            if con is not None:
+                con.close()
+
+        # vectors for the rows to insert only (texts unchanged under the same key were updated in place)
+        inserts: dict[str, pl.DataFrame] = {}
+        for table, plan in plans.items():
+            rows_in = plan.insert_rows
+            inserts[table] = (
+                with_vectors(table, rows_in, embedder)
+                if table in VECTOR_TABLES
+                else rows_in.select(table_columns(table))
+            )
         lap("vectors")
-        changes = _changes_frame(plans) if plans is not None else None
+        changes = _changes_frame(plans)
         publish_meta = {
             **base_meta,
             "built_at": time.time(),
             "index_id": uuid.uuid4().hex,
-            "index_version": int((prev_meta or {}).get("index_version") or 0) + 1,
-            "previous_index_id": prev_meta.get("index_id") if plans is not None else None,
-            "previous_version": prev_meta.get("index_version") if plans is not None else None,
-            "build_mode": "full",
-            "build_reason": reason,
-            "changed_keys": changes.height if changes is not None else None,
+            "index_version": int(prev.get("index_version") or 0) + 1,
+            "previous_index_id": prev["index_id"],
+            "previous_version": prev.get("index_version"),
+            "build_mode": "delta",
+            "build_reason": "incremental",
+            "changed_keys": changes.height,
         }
-        size = write_duckdb_index(tables, target, publish_meta, changes, verify=verify)
-        stats = (
-            {t: p.stats for t, p in plans.items()}
-            if plans is not None
-            else {t: TableDelta(inserted=tables.get(t).height) for t in TABLES}
-        )
-        return result("full", reason, stats, size, {**publish_meta, "counts": tables.counts()})
-
-    # can the published index be patched?
-    if prev is None:
-        return full("no previous index", None, None, None)
-    problem = _compatibility_problem(prev, embedder)
-    if problem:
-        return full(problem, _vectors_of_same_embedder(target, prev, embedder), None, prev)
-
-    stat = os.stat(target)
-    con = attach_read_only(target)
-    try:
-        old_counts = _table_counts(con)
-        plans, n_affected = _compare(con, rows, edges, old_counts)
-        lap("compare")
-        # rows with vectors decide (they are what a full build costs); a row of the small vectorless
-        # tables (n-hop paths, type pool) counts a tenth
-        share = {t: (1.0 if t in VECTOR_TABLES else 0.1) for t in plans}
-        touched = int(sum(share[t] * p.stats.touched for t, p in plans.items()))
-        total = max(1, int(sum(share.get(t, 1.0) * n for t, n in old_counts.items())))
-        say(
-            f"compared with index version {prev.get('index_version')}: {touched} of {total} rows differ "
-            f"({n_affected} entities with possibly new n-hop paths)"
-        )
-        reason = None
-        if full_rebuild:
-            reason = "full rebuild requested"
-        elif touched > max_fraction * total:
-            reason = f"{touched} of {total} rows change ({touched / total:.0%} > {max_fraction:.0%})"
-        if reason:
-            previous = _read_previous_vectors(con)  # the vectors of unchanged texts are reused
-            con.close()
-            con = None
-            return full(reason, previous, plans, prev)
-
-        content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
-        prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in _FORMAT_META}
-        if touched == 0 and content_meta == prev_content:
-            verify(con)  # what stays published must be complete too
-            return result(
-                "unchanged",
-                "nothing differs from the published index",
-                {t: p.stats for t, p in plans.items()},
-                stat.st_size,
-                prev,
-            )
-    finally:
-        if con is not None:
-            con.close()
-
-    # vectors for the rows to insert only (texts unchanged under the same key were updated in place)
-    inserts: dict[str, pl.DataFrame] = {}
-    for table, plan in plans.items():
-        rows_in = plan.insert_rows
-        inserts[table] = (
-            with_vectors(table, rows_in, embedder) if table in VECTOR_TABLES else rows_in.select(table_columns(table))
-        )
-    lap("vectors")
-    changes = _changes_frame(plans)
-    publish_meta = {
-        **base_meta,
-        "built_at": time.time(),
-        "index_id": uuid.uuid4().hex,
-        "index_version": int(prev.get("index_version") or 0) + 1,
-        "previous_index_id": prev["index_id"],
-        "previous_version": prev.get("index_version"),
-        "build_mode": "delta",
-        "build_reason": "incremental",
-        "changed_keys": changes.height,
-    }
-    with atomic_path(target, ".duckdb") as tmp:
-        shutil.copyfile(target, tmp)
-        now = os.stat(target)
-        if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
-            raise RuntimeError(f"{target} was replaced by another publish while this one compared with it; run again")
-        lap("copy")
-        con = duckdb.connect(str(tmp))
-        try:
-            con.execute("BEGIN TRANSACTION")
-            _apply(con, plans, inserts)
-            counts = _table_counts(con)
-            _write_meta(
-                con,
-                {**_FORMAT_META, **publish_meta, "counts": counts},
-                changes,
-            )
-            con.execute("COMMIT")
-            lap("apply")
-            verify(con)
-            lap("verify")
-            con.execute("CHECKPOINT")
-            free, blocks = free_blocks(con)
-        finally:
-            con.close()
-            _drop_wal(tmp)
-        reason = "incremental"
-        compacted = False
-        if free > compact_above * blocks and free >= compact_min_blocks:
-            lap("write")
-            say(f"compacting the index file: {free} of {blocks} blocks are free")
-            compact_reason = f"incremental, then compacted ({free} of {blocks} blocks of the patched file were free)"
+        with atomic_path(target, ".duckdb") as tmp:
+            copier.take(tmp)
+            now = os.stat(target)
+            if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
+                raise RuntimeError(
+                    f"{target} was replaced by another publish while this one compared with it; run again"
+                )
+            lap("copy")
+            con = duckdb.connect(str(tmp))
             try:
-                _compact(tmp, compact_reason)
-                reason, compacted = compact_reason, True
-            except Exception as exc:  # noqa: BLE001 - the patched file is complete: publish it as it is
-                say(f"the index file was not compacted ({type(exc).__name__}: {exc}); publishing it as patched")
-                reason = f"incremental (not compacted: {type(exc).__name__}: {exc})"
-            lap("compact")
-        size = tmp.stat().st_size
-    return result(
-        "delta",
-        reason,
-        {t: p.stats for t, p in plans.items()},
-        size,
-        {**publish_meta, "counts": counts},
-        compacted,
-    )
+                con.execute("BEGIN TRANSACTION")
+                _apply(con, plans, inserts)
+                counts = _table_counts(con)
+                _write_meta(
+                    con,
+                    {**_FORMAT_META, **publish_meta, "counts": counts},
+                    changes,
+                )
+                con.execute("COMMIT")
+                lap("apply")
+                verify(con)
+                lap("verify")
+                con.execute("CHECKPOINT")
+                free, blocks = free_blocks(con)
+            finally:
+                con.close()
+                _drop_wal(tmp)
+            reason = "incremental"
+            compacted = False
+            if free > compact_above * blocks and free >= compact_min_blocks:
+                lap("write")
+                say(f"compacting the index file: {free} of {blocks} blocks are free")
+                compact_reason = (
+                    f"incremental, then compacted ({free} of {blocks} blocks of the patched file were free)"
+                )
+                try:
+                    _compact(tmp, compact_reason)
+                    reason, compacted = compact_reason, True
+                except Exception as exc:  # noqa: BLE001 - the patched file is complete: publish it as it is
+                    say(f"the index file was not compacted ({type(exc).__name__}: {exc}); publishing it as patched")
+                    reason = f"incremental (not compacted: {type(exc).__name__}: {exc})"
+                lap("compact")
+            size = tmp.stat().st_size
+        return result(
+            "delta",
+            reason,
+            {t: p.stats for t, p in plans.items()},
+            size,
+            {**publish_meta, "counts": counts},
+            compacted,
+        )
+    finally:
+        if copier is not None:
+            copier.discard()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 import threading
-from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -295,6 +295,9 @@ def test_delta_publish_equals_a_full_rebuild(tmp_path):
     assert res.mode == "delta", res.reason
     full = _publish(tmp_path / "full.duckdb", after)
     assert full.mode == "full"
+    # a patched index can be read by whoever could read a new one (its copy is not left 0600)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    assert mode == stat.S_IMODE((tmp_path / "full.duckdb").stat().st_mode) and mode & stat.S_IRGRP
     delta_tables, full_tables = _tables(path), _tables(tmp_path / "full.duckdb")
     for t in TABLES:  # every row and column, vectors and row hashes included
         assert delta_tables[t].equals(full_tables[t]), t
@@ -487,18 +490,35 @@ def test_an_incomplete_index_is_never_published(tmp_path):
     assert not verdict.passed and verdict.missing_count["entities"] == 1 and verdict.extra_count["entities"] == 1
 
 
-def test_a_copy_that_fails_fails_the_publish_and_leaves_the_published_index(tmp_path, monkeypatch):
+def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_published(tmp_path, monkeypatch):
     inp = _inputs()
     path = tmp_path / "index.duckdb"
     _publish(path, inp)
     original = path.read_bytes()
 
-    def disk_full(src, dst):
-        Path(dst).write_bytes(b"half a copy")
+    def disk_full(fd):  # the copy's flush to disk is where a full disk shows
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(duckdb_writer.shutil, "copyfile", disk_full)
+    monkeypatch.setattr(duckdb_writer._Copier, "CHUNK", 4096)  # many chunks
+    monkeypatch.setattr(duckdb_writer.os, "fsync", disk_full)
     with pytest.raises(OSError, match="No space left"):
+        _publish(path, _edit(inp), max_fraction=1.0)
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+    monkeypatch.undo()
+
+    # another publish replaces the file while this one compares: this one stops, the other stays
+    other = tmp_path / "other.bin"
+    other.write_bytes(original)
+    real_rows = duckdb_writer.build_index_rows
+
+    def rows_then_replaced(*args, **kwargs):
+        out = real_rows(*args, **kwargs)
+        os.replace(other, path)  # same bytes, another file
+        return out
+
+    monkeypatch.setattr(duckdb_writer, "build_index_rows", rows_then_replaced)
+    with pytest.raises(RuntimeError, match="replaced by another publish"):
         _publish(path, _edit(inp), max_fraction=1.0)
     assert path.read_bytes() == original
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]

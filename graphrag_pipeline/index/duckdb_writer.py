@@ -12,7 +12,8 @@ No process ever holds a write lock on the published file.
 3. vectors are computed for new or re-worded rows only; a row whose embedded text is unchanged
    keeps its vector and is updated in place, column by column;
 4. the published file is copied beside itself (in a thread, while 1-3 run, and flushed to disk
-   there: the checkpoint below then writes only what the patch changed, not the whole copy), the
+   there: the checkpoint below then writes only what the patch changed, not the whole copy; a
+   publish that ends unchanged or rebuilds whole stops the copy and removes it), the
    changed keys are deleted / inserted / updated, `meta` and `changes` are rewritten, the copy is
    verified complete (`index_completeness`), checkpointed and renamed over the published file.
 
@@ -635,26 +636,38 @@ def _compact(path: Path, build_reason: str) -> None:
 
 
 class _Copier:
-    """A copy of `source` made beside it (under a temporary name) and flushed to disk, in a thread;
-    `take` waits for it and moves it to its destination, `discard` (always called) removes what
-    was not taken."""
+    """A copy of `source` made beside it (under a temporary name, which clean_temp_files knows) and
+    flushed to disk, in a thread; `take` waits for it and moves it to its destination, `discard`
+    (always called, and before a publish that will not patch) stops it and removes what was not
+    taken."""
+
+    CHUNK = 64 << 20  # bytes copied between two looks at the stop flag
 
     def __init__(self, source: Path):
         fd, name = tempfile.mkstemp(prefix=f".{source.name}.", suffix=".copy.tmp", dir=source.parent)
         os.close(fd)
+        os.unlink(name)  # made again by the copy, with the permissions any new file gets (mkstemp's are 0600)
         self.path = Path(name)
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._copy, args=(source,), name="index-copy", daemon=True)
         self._thread.start()
 
     def _copy(self, source: Path) -> None:
         try:
-            shutil.copyfile(source, self.path)
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with open(source, "rb", buffering=0) as src, open(self.path, "xb", buffering=0) as dst:
+                while not self._stop.is_set():  # a chunk at a time, in the kernel where it can
+                    if hasattr(os, "sendfile"):
+                        sent = os.sendfile(dst.fileno(), src.fileno(), None, self.CHUNK)
+                    else:
+                        block = src.read(self.CHUNK)
+                        sent = dst.write(block) if block else 0
+                    if not sent:
+                        break
+                if not self._stop.is_set():
+                    os.fsync(dst.fileno())
+            if self._stop.is_set():
+                self.path.unlink(missing_ok=True)
         except BaseException as exc:  # noqa: BLE001 - raised again by take()
             self._error = exc
 
@@ -665,8 +678,11 @@ class _Copier:
         os.replace(self.path, dest)
 
     def discard(self) -> None:
-        self._thread.join()
-        self.path.unlink(missing_ok=True)
+        self._stop.set()
+        try:
+            self._thread.join()
+        finally:
+            self.path.unlink(missing_ok=True)
 
 
 def publish_index(
@@ -702,11 +718,14 @@ def publish_index(
 
     target = Path(target)
     say = log or (lambda msg: None)
+    try:
+        stat = os.stat(target)  # before its meta is read: a file replaced after this is noticed
+    except FileNotFoundError:
+        stat = None
     prev = read_meta(target)
     # a patch is made on a copy of the published file, copied and flushed to disk beside the work
     # that decides what to patch: the checkpoint then writes what the patch changed, not the file
     patchable = prev is not None and not full_rebuild and _compatibility_problem(prev, embedder) is None
-    stat = os.stat(target) if patchable else None
     copier = _Copier(target) if patchable else None
     try:
         rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
@@ -728,6 +747,8 @@ def publish_index(
             reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None
         ) -> PublishResult:
             say(f"full rebuild: {reason}")
+            if copier is not None:
+                copier.discard()  # not needed: stop it before the new file needs the disk
             tables = add_vectors(replace(rows, nhop=with_hash("nhop", nhop_paths(edges))), embedder, previous)
             lap("vectors")
             changes = _changes_frame(plans) if plans is not None else None
@@ -785,6 +806,7 @@ def publish_index(
             content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
             prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in _FORMAT_META}
             if touched == 0 and content_meta == prev_content:
+                copier.discard()
                 verify(con)  # what stays published must be complete too
                 return result(
                     "unchanged",

@@ -4,6 +4,7 @@ fall-backs to a full rebuild, and no incomplete index is ever published."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import stat
@@ -498,6 +499,17 @@ def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_p
 
     def disk_full(fd):  # the copy's flush to disk is where a full disk shows
         raise OSError(28, "No space left on device")
+
+    # a file system without sendfile between files: the copy goes through memory
+    def no_sendfile(*args):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(duckdb_writer.os, "sendfile", no_sendfile)
+    assert _publish(path, _edit(inp), max_fraction=1.0).mode == "delta"
+    assert _tables(path)["entities"].height == _edit(inp)["nodes"].height
+    _publish(path, inp, max_fraction=1.0)
+    original = path.read_bytes()
+    monkeypatch.undo()
 
     monkeypatch.setattr(duckdb_writer._Copier, "CHUNK", 4096)  # many chunks
     monkeypatch.setattr(duckdb_writer.os, "fsync", disk_full)

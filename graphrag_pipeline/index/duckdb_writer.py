@@ -35,6 +35,7 @@ Every publish gets a new `index_id` and `index_version`; `previous_index_id` nam
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -656,14 +657,24 @@ class _Copier:
     def _copy(self, source: Path) -> None:
         try:
             with open(source, "rb", buffering=0) as src, open(self.path, "xb", buffering=0) as dst:
+                in_kernel = hasattr(os, "sendfile")
+                copied = 0
                 while not self._stop.is_set():  # a chunk at a time, in the kernel where it can
-                    if hasattr(os, "sendfile"):
-                        sent = os.sendfile(dst.fileno(), src.fileno(), None, self.CHUNK)
+                    if in_kernel:
+                        try:
+                            sent = os.sendfile(dst.fileno(), src.fileno(), None, self.CHUNK)
+                        except OSError as exc:
+                            # a file system without sendfile between files: copy through memory
+                            if copied or exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOSYS, errno.EXDEV):
+                                raise
+                            in_kernel = False
+                            continue
                     else:
                         block = src.read(self.CHUNK)
                         sent = dst.write(block) if block else 0
                     if not sent:
                         break
+                    copied += sent
                 if not self._stop.is_set():
                     os.fsync(dst.fileno())
             if self._stop.is_set():

@@ -736,7 +736,8 @@ def publish_index(
     prev = read_meta(target)
     # a patch is made on a copy of the published file, copied and flushed to disk beside the work
     # that decides what to patch: the checkpoint then writes what the patch changed, not the file
-    patchable = prev is not None and not full_rebuild and _compatibility_problem(prev, embedder) is None
+    problem = _compatibility_problem(prev, embedder) if prev is not None else None
+    patchable = prev is not None and problem is None and not full_rebuild
     copier = _Copier(target) if patchable else None
     try:
         rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
@@ -785,7 +786,6 @@ def publish_index(
         # can the published index be patched?
         if prev is None:
             return full("no previous index", None, None, None)
-        problem = _compatibility_problem(prev, embedder)
         if problem:
             return full(problem, _vectors_of_same_embedder(target, prev, embedder), None, prev)
 

@@ -689,6 +689,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         loaded_for_current_kb,
         op_name,
     )
+    from graphrag_pipeline.graph.mentions import prefetch_paths
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
     from graphrag_pipeline.llm.client import forget_endpoint_health
     from graphrag_pipeline.settings import (
@@ -699,7 +700,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         knowledge_base,
         setting,
     )
-    from graphrag_pipeline.storage.files import clean_temp_files, read_json, write_json
+    from graphrag_pipeline.storage.files import TABLES, clean_temp_files, read_json, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
     from graphrag_pipeline.storage.store import Store
     from graphrag_pipeline.storage.verify import downstream_problems
@@ -803,6 +804,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             "applies them now (new LLM calls may be paid), else the next change of a document does"
         )
     downstream = plan.changed or args.recluster or bool(repairs) or apply or _downstream_stale(instance, defs)
+    if downstream:  # the merged graph and the chunks are decoded beside the runs' set-up (see prefetch)
+        TABLES.prefetch(prefetch_paths(paths.graph_dir))
     graph_done = False
     progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
     for i, batch in enumerate(batches, 1):

@@ -591,3 +591,62 @@ def test_metrics_and_splice_survive_keys_a_valid_graph_has_not():
     fresh = pl.DataFrame({"source_key": ["a\x00"], "target_key": ["q"], "v": [9]})
     out = splice_sorted(prev, np.array([], dtype=np.int64), fresh, ["source_key", "target_key"])
     assert out.equals(pl.concat([prev, fresh]).sort("source_key", "target_key"))
+
+
+def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_superseded(tmp_path):
+    """A build prefetches the merged graph and the chunk shards (prefetch_paths) while it sets up
+    its runs; the update of the merged graph then decodes neither nodes nor edges, gives the same
+    graph as an update reading them itself, and forgets the superseded tables (the memo does not
+    keep two versions of a graph of a million edges)."""
+    import polars as pl
+
+    from graphrag_pipeline.graph.mentions import all_chunks, prefetch_paths, update_merged_graph
+    from graphrag_pipeline.storage.files import TABLES, remembering
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    def write(store, doc, names):
+        ents, rels = _doc_rows(doc, [(n, f"{n} in {doc}") for n in names], list(zip(names, names[1:])))
+        store.write_subgraph(doc, ents, rels, {"dropped_relations": 0})
+
+    homes = [Store(Paths(tmp_path / "a")), Store(Paths(tmp_path / "b"))]
+    docs = ["d0", "d1", "d2"]
+    for store in homes:
+        assert prefetch_paths(store.paths.graph_dir) == []  # nothing built yet
+        for doc, names in zip(docs, (["Ann", "Bob"], ["Bob", "Cid"], ["Cid", "Dan"])):
+            write(store, doc, names)
+        first = update_merged_graph(store, docs)
+        assert prefetch_paths(store.paths.graph_dir) == [first.nodes_file, first.edges_file]
+        write(store, "d1", ["Bob", "Eve", "Cid"])
+    plain = update_merged_graph(homes[0], docs)  # memo off: read from disk
+    store = homes[1]
+    with remembering() as memo:
+        old = [TABLES.identity(p) for p in prefetch_paths(store.paths.graph_dir)]
+        memo.prefetch(prefetch_paths(store.paths.graph_dir))
+        prefetched = update_merged_graph(store, docs)
+        assert memo.hits == 2  # nodes and edges came from the prefetch
+        kept = set(memo._tables)
+        assert None not in old and not kept & set(old)  # the superseded graph is not kept
+        assert {TABLES.identity(prefetched.edges_file), TABLES.identity(prefetched.nodes_file)} <= kept
+    assert prefetched.nodes.equals(plain.nodes) and prefetched.edges.equals(plain.edges)
+    assert "eve" in prefetched.nodes["key"].to_list() and not prefetched.full
+    # the chunk shards are listed after the graph, once written
+    for doc in docs:
+        store.write_chunks(
+            doc,
+            pl.DataFrame(
+                {
+                    "chunk_id": [f"{doc}-c0"],
+                    "doc_id": [doc],
+                    "doc": [doc],
+                    "position": [0],
+                    "text": [f"text of {doc}"],
+                    "tokens": [3],
+                }
+            ),
+            {},
+        )
+    all_chunks(store, docs)
+    listed = [p.name for p in prefetch_paths(store.paths.graph_dir)]
+    assert listed[:2] == [prefetched.nodes_file.name, prefetched.edges_file.name]
+    assert len(listed) == 2 + 32 and all(".chunks-" in n for n in listed[2:])

@@ -737,3 +737,47 @@ def test_table_memo_is_bounded_in_tables_and_bytes():
     memo.enabled = 0
     memo.put(("f",), small)  # off: nothing kept
     assert ("f",) not in memo._tables
+
+
+def test_prefetched_tables_are_served_from_the_memo_and_a_reader_waits_for_a_prefetch_under_way(tmp_path, monkeypatch):
+    """A build decodes the files an update reads whole in a background thread (TableMemo.prefetch);
+    a stage reading one of them gets the prefetched table (no second decoding), also when it asks
+    while the prefetch is still reading it; a damaged file is left to its reader, which says what
+    is wrong; with the memo off nothing is read ahead."""
+    import threading
+
+    from graphrag_pipeline.storage.files import TABLES, DamagedFileError
+
+    a, b, bad = tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "bad.parquet"
+    write_parquet(pl.DataFrame({"k": list(range(1000))}), a)
+    write_parquet(pl.DataFrame({"k": ["x", "y"]}), b)
+    bad.write_bytes(b"PAR1 not a parquet file at all PAR1")
+    decoded: list[str] = []
+    release = threading.Event()
+    real_read = pl.read_parquet
+
+    def slow_read(source, *args, **kwargs):
+        decoded.append(Path(source).name)
+        if Path(source).name == "a.parquet":
+            release.wait(10)  # a prefetch still reading `a` when the stage asks for it
+        return real_read(source, *args, **kwargs)
+
+    monkeypatch.setattr(pl, "read_parquet", slow_read)
+    TABLES.prefetch([a])  # memo off: nothing happens
+    assert decoded == [] and not TABLES._prefetchers
+    with remembering() as memo:
+        memo.prefetch([a, bad, b])
+        got: list[pl.DataFrame] = []
+        reader = threading.Thread(target=lambda: got.append(read_parquet(a, remember=True)))
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive(), "the reader waits for the prefetch of the same file"
+        release.set()
+        reader.join(10)
+        assert got and got[0]["k"].to_list() == list(range(1000))
+        assert read_parquet(b, remember=True)["k"].to_list() == ["x", "y"]
+        with pytest.raises(DamagedFileError, match="bad.parquet"):
+            read_parquet(bad, remember=True)
+        assert decoded.count("a.parquet") == 1 and decoded.count("b.parquet") == 1, decoded
+        assert memo.hits == 2
+    assert not TABLES._prefetchers and not TABLES._tables  # the build's end waits for it and empties the memo

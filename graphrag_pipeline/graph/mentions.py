@@ -41,7 +41,7 @@ from graphrag_pipeline.graph.merge import (
     touching,
 )
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_nodes, with_metrics
-from graphrag_pipeline.storage.files import ParquetBundle
+from graphrag_pipeline.storage.files import TABLES, ParquetBundle
 from graphrag_pipeline.storage.store import CHUNK_ROWS
 
 SHARDS = 32
@@ -135,7 +135,7 @@ def _update(
     before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
     changed = [k for k in keys if before.get(k) != signatures[k]]
     removed = sorted(set(before) - set(keys))
-    nodes, edges = bundle.read_all(manifest, ["nodes", "edges"])
+    nodes, edges = bundle.read_all(manifest, list(GRAPH_TABLES), remember=True)  # prefetched by a build
     if not changed and not removed:
         # nodes written by an older version may lack their metrics: recomputed, and not copied
         return _result(with_metrics(nodes, edges), edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)
@@ -189,12 +189,14 @@ def _update(
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
     )
+    superseded = [TABLES.identity(bundle.path(manifest, t)) for t in GRAPH_TABLES] if TABLES.enabled else []
     written = bundle.write(
         {**shards, "sources": new_sources, "nodes": nodes, "edges": edges},
         previous=manifest,
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
     )
+    TABLES.forget(superseded)  # the previous graph is not read again: not kept beside the new one
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)
 
@@ -252,7 +254,7 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
         fresh = _with_shard(store.read_all_chunks(changed, optional)) if changed else None
         for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
             name = f"chunks-{i:02d}"
-            old = bundle.read(manifest, name)
+            old = bundle.read(manifest, name, remember=True)
             if old.columns != list(CHUNK_ROWS):
                 raise KeyError("chunk shards of an older layout")  # written again below, with every column
             add = (
@@ -264,7 +266,7 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
         if shards:
             bundle.write({**shards, "sources": _chunk_sources(keys, signatures)}, previous=manifest)
         frames = [
-            shards[n] if n in shards else bundle.read(manifest, n)
+            shards[n] if n in shards else bundle.read(manifest, n, remember=True)
             for n in sorted(manifest["tables"])
             if n.startswith("chunks-")
         ]
@@ -286,3 +288,18 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
 
 def _chunk_sources(keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
     return pl.DataFrame({"doc_id": keys, "signature": [signatures[k] for k in keys]}, schema=CHUNK_SOURCES_SCHEMA)
+
+
+def prefetch_paths(graph_dir: Path) -> list[Path]:
+    """The files of the last build that the next update reads whole, in the order it reads them:
+    the merged graph's nodes and edges (merging), then the chunk shards (the search index). For
+    `TableMemo.prefetch`; empty before a first build."""
+    out: list[Path] = []
+    mentions, chunks = ParquetBundle(graph_dir, "mentions"), ParquetBundle(graph_dir, "chunks")
+    manifest = mentions.manifest()
+    if manifest is not None:
+        out += [mentions.path(manifest, t) for t in GRAPH_TABLES if t in manifest["tables"]]
+    manifest = chunks.manifest()
+    if manifest is not None:
+        out += [chunks.path(manifest, t) for t in sorted(manifest["tables"]) if t.startswith("chunks-")]
+    return out

@@ -184,13 +184,15 @@ class TableMemo:
     caller turns it on (`remembering`): the CLI's build does, for its in-process runs. A run in its
     own process (Dagster's multiprocess, k8s or celery executors) reads the files."""
 
-    def __init__(self, max_tables: int = 4, max_bytes: int | None = None):
+    def __init__(self, max_tables: int = 48, max_bytes: int | None = None):
         self.max_tables = max_tables
         self.max_bytes = max_bytes if max_bytes is not None else _memo_budget()
         self.enabled = 0
         self._tables: dict[tuple, tuple[pl.DataFrame, int]] = {}
         self._lock = threading.Lock()
         self.hits = 0
+        self._loading: dict[str, threading.Event] = {}  # path -> set when its prefetch is done
+        self._prefetchers: list[threading.Thread] = []
 
     @staticmethod
     def identity(path: Path) -> tuple | None:
@@ -232,7 +234,62 @@ class TableMemo:
             while len(self._tables) > self.max_tables or sum(n for _, n in self._tables.values()) > self.max_bytes:
                 self._tables.pop(next(iter(self._tables)))
 
+    def forget(self, keys: Collection[tuple | None]) -> None:
+        """Drop the tables of these file identities (files a stage has just superseded)."""
+        with self._lock:
+            for key in keys:
+                if key is not None:
+                    self._tables.pop(key, None)
+
+    def prefetch(self, paths: Collection[Path]) -> None:
+        """Read these Parquet files into the memo in a background thread, in this order, while the
+        caller goes on: a build plans, sets up its runs and chunks the changed documents (Python
+        work on one core) before its first whole-corpus stage reads the merged graph, whose
+        decoding (which does not hold the GIL) then costs it nothing. A `read_parquet(...,
+        remember=True)` of a file still being prefetched waits for it instead of reading it a
+        second time. A file that cannot be read is left to its reader (which reports it).
+        Nothing happens while the memo is off."""
+        if not self.enabled:
+            return
+        todo: dict[str, threading.Event] = {}
+        with self._lock:
+            for path in paths:
+                name = os.fspath(path)
+                if name not in self._loading and name not in todo:
+                    todo[name] = self._loading[name] = threading.Event()
+        if not todo:
+            return
+
+        def load() -> None:
+            for name, done in todo.items():
+                try:
+                    if self.enabled:
+                        key = self.identity(Path(name))
+                        if key is not None and self.lookup(Path(name))[1] is None:
+                            df = pl.read_parquet(name)
+                            if self.identity(Path(name)) == key:  # not replaced while it was read
+                                self.put(key, df)
+                except Exception:  # noqa: BLE001 - the stage reading it reads it itself and says what is wrong
+                    pass
+                finally:
+                    with self._lock:
+                        self._loading.pop(name, None)
+                    done.set()
+
+        thread = threading.Thread(target=load, name="table-prefetch", daemon=True)
+        self._prefetchers.append(thread)
+        thread.start()
+
+    def await_prefetch(self, path: Path) -> None:
+        """Wait until `path` is no longer being prefetched (see `prefetch`)."""
+        done = self._loading.get(os.fspath(path))
+        if done is not None:
+            done.wait()
+
     def clear(self) -> None:
+        for thread in self._prefetchers:
+            thread.join()
+        self._prefetchers.clear()
         with self._lock:
             self._tables.clear()
             self.hits = 0
@@ -270,6 +327,7 @@ def read_parquet(
     table memo when it is on (see TableMemo)."""
     path = Path(path)
     if remember and TABLES.enabled:
+        TABLES.await_prefetch(path)
         before, known = TABLES.lookup(path)
         if known is not None:
             return known.select(columns) if columns is not None else known
@@ -430,19 +488,20 @@ class ParquetBundle:
         """The file that holds `table` in the generation `manifest` names."""
         return self.folder / manifest["tables"][table]
 
-    def read(self, manifest: dict, table: str) -> pl.DataFrame:
+    def read(self, manifest: dict, table: str, *, remember: bool = False) -> pl.DataFrame:
+        """remember: see read_parquet (a table prefetched into the table memo is taken from it)."""
         path = self.path(manifest, table)
         if not path.exists():
             raise FileNotFoundError(errno.ENOENT, "a table of the manifest is missing", str(path))
-        return read_parquet(path)
+        return read_parquet(path, remember=remember)
 
-    def read_all(self, manifest: dict, tables: list[str]) -> list[pl.DataFrame]:
+    def read_all(self, manifest: dict, tables: list[str], *, remember: bool = False) -> list[pl.DataFrame]:
         """`read` of each of `tables`, two at a time (polars decodes without holding the GIL: the
         merged graph's nodes and edges are read side by side)."""
         if len(tables) < 2:
-            return [self.read(manifest, t) for t in tables]
+            return [self.read(manifest, t, remember=remember) for t in tables]
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bundle-read") as pool:
-            return list(pool.map(lambda t: self.read(manifest, t), tables))
+            return list(pool.map(lambda t: self.read(manifest, t, remember=remember), tables))
 
     def write(
         self,

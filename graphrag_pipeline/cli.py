@@ -804,9 +804,14 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             "applies them now (new LLM calls may be paid), else the next change of a document does"
         )
     downstream = plan.changed or args.recluster or bool(repairs) or apply or _downstream_stale(instance, defs)
-    if downstream:  # the merged graph and the chunks are decoded beside the runs' set-up (see prefetch)
-        TABLES.prefetch(prefetch_paths(paths.graph_dir))
     graph_done = False
+
+    def prefetch() -> None:
+        """The last build's merged graph and chunk shards, decoded beside the set-up of the run that
+        merges (TableMemo.prefetch); not for a scratch home whose steps each pull their own copy."""
+        if downstream and "ephemeral" not in _REMOTE:
+            TABLES.prefetch(prefetch_paths(paths.graph_dir))
+
     progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)
@@ -817,6 +822,8 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             + (" (then merge, resolve, cluster)" if last else "")
         )
         wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
+        if last:
+            prefetch()
         success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None)
         ok &= success
         graph_done = last and success
@@ -830,6 +837,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     if downstream or not ok:
         if not graph_done:
             _say("[graph] merging, resolving and clustering")
+            prefetch()
             success, events = _run_job(defs, instance, "graph_job", ops=recluster)
             ok &= success
             graph_done = success

@@ -740,10 +740,10 @@ def test_table_memo_is_bounded_in_tables_and_bytes():
 
 
 def test_prefetched_tables_are_served_from_the_memo_and_a_reader_waits_for_a_prefetch_under_way(tmp_path, monkeypatch):
-    """A build decodes the files an update reads whole in a background thread (TableMemo.prefetch);
+    """A build decodes the files an update reads whole in background threads (TableMemo.prefetch);
     a stage reading one of them gets the prefetched table (no second decoding), also when it asks
-    while the prefetch is still reading it; a damaged file is left to its reader, which says what
-    is wrong; with the memo off nothing is read ahead."""
+    - by another name of the same file - while the prefetch is still reading it; a damaged file is
+    left to its reader, which says what is wrong; with the memo off nothing is read ahead."""
     import threading
 
     from graphrag_pipeline.storage.files import TABLES, DamagedFileError
@@ -752,14 +752,16 @@ def test_prefetched_tables_are_served_from_the_memo_and_a_reader_waits_for_a_pre
     write_parquet(pl.DataFrame({"k": list(range(1000))}), a)
     write_parquet(pl.DataFrame({"k": ["x", "y"]}), b)
     bad.write_bytes(b"PAR1 not a parquet file at all PAR1")
+    link = tmp_path / "link-to-a.parquet"
+    os.link(a, link)
     decoded: list[str] = []
     release = threading.Event()
     real_read = pl.read_parquet
 
     def slow_read(source, *args, **kwargs):
         decoded.append(Path(source).name)
-        if Path(source).name == "a.parquet":
-            release.wait(10)  # a prefetch still reading `a` when the stage asks for it
+        if Path(source).name == "a.parquet" and threading.current_thread().name == "table-prefetch":
+            release.wait(10)  # the prefetch is still reading `a` when the stage asks for it
         return real_read(source, *args, **kwargs)
 
     monkeypatch.setattr(pl, "read_parquet", slow_read)
@@ -768,7 +770,7 @@ def test_prefetched_tables_are_served_from_the_memo_and_a_reader_waits_for_a_pre
     with remembering() as memo:
         memo.prefetch([a, bad, b])
         got: list[pl.DataFrame] = []
-        reader = threading.Thread(target=lambda: got.append(read_parquet(a, remember=True)))
+        reader = threading.Thread(target=lambda: got.append(read_parquet(link, remember=True)))
         reader.start()
         reader.join(0.3)
         assert reader.is_alive(), "the reader waits for the prefetch of the same file"
@@ -779,5 +781,51 @@ def test_prefetched_tables_are_served_from_the_memo_and_a_reader_waits_for_a_pre
         with pytest.raises(DamagedFileError, match="bad.parquet"):
             read_parquet(bad, remember=True)
         assert decoded.count("a.parquet") == 1 and decoded.count("b.parquet") == 1, decoded
+        assert "link-to-a.parquet" not in decoded
         assert memo.hits == 2
     assert not TABLES._prefetchers and not TABLES._tables  # the build's end waits for it and empties the memo
+
+
+def test_a_prefetch_that_dies_or_finds_the_memo_full_leaves_no_reader_waiting_and_evicts_nothing(tmp_path, monkeypatch):
+    """A panic while decoding one file (polars raises a BaseException) leaves no reader of it
+    waiting (the reader decodes it itself) and the files after it are still prefetched; a prefetch
+    never evicts what the memo holds: it stops at the first table that does not fit."""
+    from graphrag_pipeline.storage.files import TABLES
+
+    files = []
+    for i in range(4):
+        files.append(tmp_path / f"t{i}.parquet")
+        write_parquet(pl.DataFrame({"k": list(range(1000 * (i + 1)))}), files[-1])
+    real_read = pl.read_parquet
+
+    class Panic(BaseException):
+        pass
+
+    def panicking(source, *args, **kwargs):
+        if Path(source).name == "t1.parquet":
+            raise Panic("decoder panicked")
+        return real_read(source, *args, **kwargs)
+
+    monkeypatch.setattr(pl, "read_parquet", panicking)
+    with remembering() as memo:
+        memo.prefetch(files, workers=1)
+        for t in memo._prefetchers:
+            t.join(10)
+        assert not memo._loading  # nobody waits for anything
+        assert read_parquet(files[3], remember=True).height == 4000 and memo.hits == 1  # prefetched after the panic
+        with pytest.raises(Panic):
+            read_parquet(files[1], remember=True)  # its reader decodes it and meets the problem itself
+    monkeypatch.setattr(pl, "read_parquet", real_read)
+    kept = pl.DataFrame({"k": list(range(100))})
+    saved = TABLES.max_tables, TABLES.max_bytes
+    try:
+        with remembering() as memo:
+            TABLES.max_tables, TABLES.max_bytes = 3, 10**9
+            memo.put(("kept",), kept)
+            memo.prefetch(files, workers=1)
+            for t in memo._prefetchers:
+                t.join(10)
+            assert ("kept",) in memo._tables and len(memo._tables) == 3  # two prefetched, then full
+            assert read_parquet(files[2], remember=True).height == 3000  # left to its reader
+    finally:
+        TABLES.max_tables, TABLES.max_bytes = saved

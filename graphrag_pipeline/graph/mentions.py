@@ -113,6 +113,7 @@ def _full(
     for i in range(SHARDS):
         tables[f"entities-{i:02d}"] = entities.filter(pl.col("_shard") == i).drop("_shard")
         tables[f"relations-{i:02d}"] = relations.filter(pl.col("_shard") == i).drop("_shard")
+    superseded = _identities(bundle, manifest, lambda t: t in GRAPH_TABLES)  # e.g. prefetched, then not usable
     written = bundle.write(
         tables,
         previous=manifest,
@@ -120,6 +121,7 @@ def _full(
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
     )
+    TABLES.forget(superseded)
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
 
@@ -189,7 +191,7 @@ def _update(
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
     )
-    superseded = [TABLES.identity(bundle.path(manifest, t)) for t in GRAPH_TABLES] if TABLES.enabled else []
+    superseded = _identities(bundle, manifest, lambda t: t in GRAPH_TABLES)
     written = bundle.write(
         {**shards, "sources": new_sources, "nodes": nodes, "edges": edges},
         previous=manifest,
@@ -199,6 +201,14 @@ def _update(
     TABLES.forget(superseded)  # the previous graph is not read again: not kept beside the new one
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)
+
+
+def _identities(bundle: ParquetBundle, manifest: dict | None, wanted) -> list[tuple | None]:
+    """The identities (TableMemo.identity) of the manifest's files of the `wanted` tables, to
+    forget them once superseded or read; nothing when the memo is off."""
+    if not TABLES.enabled or not isinstance(manifest, dict) or not isinstance(manifest.get("tables"), dict):
+        return []
+    return [TABLES.identity(bundle.path(manifest, t)) for t in manifest["tables"] if wanted(t)]
 
 
 def _scan(
@@ -244,6 +254,8 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
     manifest = bundle.manifest()
     signatures = store.signatures("chunks", keys, (".parquet",))
     shards: dict[str, pl.DataFrame] = {}
+    # the shards as prefetched by the build (TableMemo.prefetch): not kept once read (the rows are)
+    prefetched = _identities(bundle, manifest, lambda t: t.startswith("chunks-"))
     try:
         if manifest is None or "sources" not in manifest["tables"]:
             raise KeyError("no chunk shards yet")
@@ -282,6 +294,7 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
             drop=set((manifest or {}).get("tables", {})),
         )
         rows = rows.drop("_shard")
+    TABLES.forget(prefetched)
     order = pl.DataFrame({"doc_id": keys, "_order": range(len(keys))}, schema={"doc_id": pl.Utf8, "_order": pl.Int64})
     return rows.join(order, on="doc_id", how="inner").sort("_order", "position").drop("_order")
 

@@ -191,7 +191,7 @@ class TableMemo:
         self._tables: dict[tuple, tuple[pl.DataFrame, int]] = {}
         self._lock = threading.Lock()
         self.hits = 0
-        self._loading: dict[str, threading.Event] = {}  # path -> set when its prefetch is done
+        self._loading: dict[tuple, threading.Event] = {}  # (device, inode) -> set when its prefetch ends
         self._prefetchers: list[threading.Thread] = []
 
     @staticmethod
@@ -241,48 +241,94 @@ class TableMemo:
                 if key is not None:
                     self._tables.pop(key, None)
 
-    def prefetch(self, paths: Collection[Path]) -> None:
-        """Read these Parquet files into the memo in a background thread, in this order, while the
-        caller goes on: a build plans, sets up its runs and chunks the changed documents (Python
-        work on one core) before its first whole-corpus stage reads the merged graph, whose
-        decoding (which does not hold the GIL) then costs it nothing. A `read_parquet(...,
-        remember=True)` of a file still being prefetched waits for it instead of reading it a
-        second time. A file that cannot be read is left to its reader (which reports it).
-        Nothing happens while the memo is off."""
+    def prefetch(self, paths: Collection[Path], workers: int = 2) -> None:
+        """Read these Parquet files into the memo in background threads (two files at a time, in
+        this order) while the caller goes on: a build sets up its last run and chunks the changed
+        documents (Python work on one core) before its first whole-corpus stage reads the merged
+        graph, whose decoding (which does not hold the GIL) then costs that stage nothing. A
+        `read_parquet(..., remember=True)` of a file (by any of its names) still being prefetched
+        waits for it instead of decoding it a second time. The prefetch evicts nothing: it stops
+        at the first table that would not fit beside what the memo holds. A file that cannot be
+        read is left to its reader (which says what is wrong). Nothing happens while the memo is off."""
         if not self.enabled:
             return
-        todo: dict[str, threading.Event] = {}
+        todo: list[tuple[Path, tuple, threading.Event]] = []
         with self._lock:
             for path in paths:
-                name = os.fspath(path)
-                if name not in self._loading and name not in todo:
-                    todo[name] = self._loading[name] = threading.Event()
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue  # its reader will say
+                file_id = (st.st_dev, st.st_ino)
+                if file_id not in self._loading and all(file_id != t[1] for t in todo):
+                    done = self._loading[file_id] = threading.Event()
+                    todo.append((Path(path), file_id, done))
         if not todo:
             return
+        queue = iter(list(todo))
+        take = threading.Lock()
+        full = threading.Event()  # the memo is full: the rest is left to its readers
 
         def load() -> None:
-            for name, done in todo.items():
+            while True:
+                with take:
+                    item = next(queue, None)
+                if item is None:
+                    return
+                path, file_id, done = item
                 try:
-                    if self.enabled:
-                        key = self.identity(Path(name))
-                        if key is not None and self.lookup(Path(name))[1] is None:
-                            df = pl.read_parquet(name)
-                            if self.identity(Path(name)) == key:  # not replaced while it was read
-                                self.put(key, df)
-                except Exception:  # noqa: BLE001 - the stage reading it reads it itself and says what is wrong
+                    if self.enabled and not full.is_set():
+                        key = self.identity(path)
+                        if key is not None and not self._holds(key):
+                            df = pl.read_parquet(path)
+                            if self.identity(path) == key and not self._put_if_room(key, df):
+                                full.set()
+                except BaseException:  # noqa: BLE001 - polars' panics included: the reader reads it and reports
                     pass
                 finally:
-                    with self._lock:
-                        self._loading.pop(name, None)
-                    done.set()
+                    self._release(file_id, done)
 
-        thread = threading.Thread(target=load, name="table-prefetch", daemon=True)
-        self._prefetchers.append(thread)
-        thread.start()
+        threads = [threading.Thread(target=load, name="table-prefetch", daemon=True) for _ in range(workers)]
+        try:
+            for thread in threads:
+                thread.start()
+                self._prefetchers.append(thread)
+        finally:
+            if not any(t.is_alive() for t in threads):  # none started: no reader may wait for them
+                for _, file_id, done in todo:
+                    self._release(file_id, done)
+
+    def _release(self, file_id: tuple, done: threading.Event) -> None:
+        with self._lock:
+            if self._loading.get(file_id) is done:
+                del self._loading[file_id]
+        done.set()
+
+    def _holds(self, key: tuple) -> bool:
+        with self._lock:
+            return key in self._tables
+
+    def _put_if_room(self, key: tuple, df: pl.DataFrame) -> bool:
+        """put(), unless that would evict a table (then nothing is kept and False is returned)."""
+        size = int(df.estimated_size())
+        with self._lock:
+            if not self.enabled:
+                return False
+            used = sum(n for _, n in self._tables.values())
+            if len(self._tables) + 1 > self.max_tables or used + size > self.max_bytes:
+                return False
+            self._tables[key] = (df, size)
+        return True
 
     def await_prefetch(self, path: Path) -> None:
-        """Wait until `path` is no longer being prefetched (see `prefetch`)."""
-        done = self._loading.get(os.fspath(path))
+        """Wait until the file at `path` is no longer being prefetched (see `prefetch`)."""
+        if not self._loading:
+            return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        done = self._loading.get((st.st_dev, st.st_ino))
         if done is not None:
             done.wait()
 
@@ -293,14 +339,35 @@ class TableMemo:
         with self._lock:
             self._tables.clear()
             self.hits = 0
+            leftover, self._loading = list(self._loading.values()), {}
+        for done in leftover:  # never left for a later reader to wait on
+            done.set()
 
 
 def _memo_budget() -> int:
+    """A quarter of the memory this process may use (the machine's, or its container's cgroup
+    limit when lower), at most 4 GiB."""
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         total = 8 << 30
+    limit = _cgroup_memory_limit()
+    if limit is not None:
+        total = min(total, limit)
     return min(4 << 30, total // 4)
+
+
+def _cgroup_memory_limit() -> int | None:
+    """The memory limit of this process's cgroup (v2 memory.max, else v1), None when unlimited or unknown."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < (1 << 60):  # v1 says "unlimited" with a huge number
+            return int(text)
+        return None
+    return None
 
 
 TABLES = TableMemo()

@@ -113,7 +113,6 @@ def _full(
     for i in range(SHARDS):
         tables[f"entities-{i:02d}"] = entities.filter(pl.col("_shard") == i).drop("_shard")
         tables[f"relations-{i:02d}"] = relations.filter(pl.col("_shard") == i).drop("_shard")
-    superseded = _identities(bundle, manifest, lambda t: t in GRAPH_TABLES)  # e.g. prefetched, then not usable
     written = bundle.write(
         tables,
         previous=manifest,
@@ -121,7 +120,6 @@ def _full(
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
     )
-    TABLES.forget(superseded)
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
 
@@ -191,21 +189,20 @@ def _update(
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
     )
-    superseded = _identities(bundle, manifest, lambda t: t in GRAPH_TABLES)
     written = bundle.write(
         {**shards, "sources": new_sources, "nodes": nodes, "edges": edges},
         previous=manifest,
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
     )
-    TABLES.forget(superseded)  # the previous graph is not read again: not kept beside the new one
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)
 
 
 def _identities(bundle: ParquetBundle, manifest: dict | None, wanted) -> list[tuple | None]:
     """The identities (TableMemo.identity) of the manifest's files of the `wanted` tables, to
-    forget them once superseded or read; nothing when the memo is off."""
+    forget them once read; nothing when the memo is off. (A file a write supersedes is forgotten
+    by ParquetBundle.write.)"""
     if not TABLES.enabled or not isinstance(manifest, dict) or not isinstance(manifest.get("tables"), dict):
         return []
     return [TABLES.identity(bundle.path(manifest, t)) for t in manifest["tables"] if wanted(t)]

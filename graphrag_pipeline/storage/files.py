@@ -220,19 +220,26 @@ class TableMemo:
                 self.hits += 1
         return key, (entry[0] if entry is not None else None)
 
-    def put(self, key: tuple | None, df: pl.DataFrame) -> None:
+    def put(self, key: tuple | None, df: pl.DataFrame, *, evict: bool = True) -> bool:
         """Keep `df` as the content of the file whose identity is `key` (taken from the file the
-        table was written to or read from: see write_parquet and read_parquet)."""
+        table was written to or read from: see write_parquet and read_parquet); the least recently
+        used tables make room. evict=False: keep it only where it fits beside what is kept.
+        Returns whether it is kept."""
         if not self.enabled or key is None:
-            return
+            return False
         size = int(df.estimated_size())
         with self._lock:
+            if not evict and key not in self._tables:
+                used = sum(n for _, n in self._tables.values())
+                if len(self._tables) + 1 > self.max_tables or used + size > self.max_bytes:
+                    return False
             self._tables.pop(key, None)
             if size > self.max_bytes:
-                return
+                return False
             self._tables[key] = (df, size)
             while len(self._tables) > self.max_tables or sum(n for _, n in self._tables.values()) > self.max_bytes:
                 self._tables.pop(next(iter(self._tables)))
+            return key in self._tables
 
     def forget(self, keys: Collection[tuple | None]) -> None:
         """Drop the tables of these file identities (files a stage has just superseded)."""
@@ -281,7 +288,7 @@ class TableMemo:
                         key = self.identity(path)
                         if key is not None and not self._holds(key):
                             df = pl.read_parquet(path)
-                            if self.identity(path) == key and not self._put_if_room(key, df):
+                            if self.identity(path) == key and not self.put(key, df, evict=False):
                                 full.set()
                 except BaseException:  # noqa: BLE001 - polars' panics included: the reader reads it and reports
                     pass
@@ -307,18 +314,6 @@ class TableMemo:
     def _holds(self, key: tuple) -> bool:
         with self._lock:
             return key in self._tables
-
-    def _put_if_room(self, key: tuple, df: pl.DataFrame) -> bool:
-        """put(), unless that would evict a table (then nothing is kept and False is returned)."""
-        size = int(df.estimated_size())
-        with self._lock:
-            if not self.enabled:
-                return False
-            used = sum(n for _, n in self._tables.values())
-            if len(self._tables) + 1 > self.max_tables or used + size > self.max_bytes:
-                return False
-            self._tables[key] = (df, size)
-        return True
 
     def await_prefetch(self, path: Path) -> None:
         """Wait until the file at `path` is no longer being prefetched (see `prefetch`)."""
@@ -596,5 +591,7 @@ class ParquetBundle:
         live = set(files.values())
         for f in self.folder.glob(f"{self.name}.*.g*.parquet"):
             if f.name not in live:
+                if TABLES.enabled:  # a superseded table (e.g. prefetched) is not read again
+                    TABLES.forget([TABLES.identity(f)])
                 f.unlink(missing_ok=True)
         return manifest

@@ -626,6 +626,42 @@ def test_how_small_models_end_and_join_records(text, entities, relations, keywor
     assert r.extraction.content_keywords == keywords
 
 
+def test_a_relations_last_fields_in_a_second_group_and_a_broken_delimiter_before_a_strength():
+    # real answers of a 7B model: keywords and strength written as a second group on the line, `<|`
+    # for `<|>` before a strength (with the text's closing parenthesis before it), and an entity
+    # that ends the same way (a score after its description)
+    text = (
+        '("entity"<|>"A"<|>"org"<|>"d1")\n("entity"<|>"B"<|>"org"<|>"d2.")<|4)<|\n("entity"<|>"C"<|>"org"<|>"d3")\n'
+        '("relationship"<|>"A"<|>"B"<|>"rel desc.")<|>("kw_one"<|>7)\n'
+        '("relationship"<|>"B"<|>"C"<|>"other desc.")<|6)\n<|COMPLETE|>'
+    )
+    r = parse_extraction(text, "c")
+    assert r.ok and r.malformed == 0
+    assert ents(r) == {"A": ("ORG", "d1"), "B": ("ORG", "d2."), "C": ("ORG", "d3")}
+    assert rels(r) == {("A", "B"): ("rel desc.", ["kw_one"], 7.0), ("B", "C"): ("other desc.", [], 6.0)}
+
+
+def test_what_the_second_group_rule_leaves_alone():
+    # records joined by the tuple delimiter on one line stay records of their own
+    r = parse_extraction(
+        '("entity"<|>"A"<|>"org"<|>"d1")<|>("entity"<|>"B"<|>"org"<|>"d2")<|>'
+        '("entity"<|>"C"<|>"org"<|>"d3")<|>("relationship"<|>"A"<|>"B"<|>"desc")<|>'
+        '("relationship"<|>"B"<|>"C"<|>"again"<|>3)<|COMPLETE|>',
+        "c",
+    )
+    assert ents(r) == {"A": ("ORG", "d1"), "B": ("ORG", "d2"), "C": ("ORG", "d3")}
+    assert rels(r) == {("A", "B"): ("desc", [], 1.0), ("B", "C"): ("again", [], 3.0)}
+    # an entity's second group is not a relation's keywords, and a number inside a description stays
+    r = parse_extraction(
+        '("entity"<|>"A"<|>"org"<|>"founded (1859)")##\n("entity"<|>"B"<|>"year"<|>"the year"<|>"1859")##\n'
+        '("relationship"<|>"A"<|>"B"<|>"founded in")<|>("founding", "1859"<|>5)<|COMPLETE|>',
+        "c",
+    )
+    assert ents(r)["A"] == ("ORG", "founded (1859)")
+    assert ents(r)["B"] == ("YEAR", 'the year"<|>"1859')
+    assert rels(r) == {("A", "B"): ("founded in", ["founding", "1859"], 5.0)}
+
+
 def test_closing_marks_inside_texts_are_kept():
     # what the record-end rules must not take from a text: a path in angle brackets, an arrow, a
     # parenthesis of the description, a long fourth field of a relation (the description's rest)

@@ -25,8 +25,9 @@ from graphrag_pipeline.llm import prompts
 from graphrag_pipeline.llm.cache import KVCache
 from graphrag_pipeline.llm.usage import LLMUsage
 
-# the parser is part of an LLM extractor: v2 reads more of what small models write
-EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v2", "general": "general-v2"}
+# the parser is part of an LLM extractor: v2 reads more of what small models write, v3 a relation's
+# keywords and strength written as a second group, and `<|` before a strength
+EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v3", "general": "general-v3"}
 METHODS = tuple(EXTRACTOR_VERSIONS)
 
 

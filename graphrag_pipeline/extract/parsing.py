@@ -419,10 +419,47 @@ class _Fields(list):
         return _unquote(self.body[spans[0][0] : spans[-1][1]])
 
 
+# `<|` for `<|>` before a relation's closing strength, with the closing parenthesis of the text
+# written before it: `..."desc")<|6)` (a 7B model's habit); read as `..."desc"<|>6)`
+_BROKEN_STRENGTH = re.compile(r"(?<=" + _Q + r")[)\uff09]?[ \t]*<\|(?!>)[ \t]*(?=[-+]?\d+(?:\.\d+)?[ \t]*[)\uff09])")
+
+
+def _second_group(tuple_delimiter: str) -> re.Pattern:
+    """A record closed after its text and its last fields written as a second group on the same line:
+    `("relationship"<|>"A"<|>"B"<|>"desc")<|>("keywords"<|>7)` (a 7B model's habit)."""
+    d = re.escape(tuple_delimiter)
+    return re.compile(
+        r"(?<=" + _Q + r")[)\uff09][ \t]*" + d + r"[ \t]*[(\uff08]"
+        r"(?=(?P<group>[^\n]*?)[ \t]*" + d + r"[ \t]*[-+]?\d+(?:\.\d+)?[ \t]*[)\uff09][ \t*`]*(?:\n|$))"
+    )
+
+
+def _mend_groups(text: str, tuple_delimiter: str) -> str:
+    """Join a relation's second group back to it (see _second_group), and mend `<|` before a strength
+    (see _BROKEN_STRENGTH). A second group that names a record kind is a record of its own."""
+    if ")" not in text and "\uff09" not in text:
+        return text
+
+    def join(m: re.Match) -> str:
+        group = m.group("group")
+        line = text[text.rfind("\n", 0, m.start()) + 1 : m.start()]
+        starts = _record_start_pattern(tuple_delimiter).match(line.lstrip(" \t>*`-"))
+        kind = starts.group("kind").strip().lower().replace(" ", "_") if starts else None
+        if kind not in _RELATION_KINDS or tuple_delimiter in group or _unquote(group).lower() in _KNOWN_KINDS:
+            return m.group(0)
+        return tuple_delimiter
+
+    text = _second_group(tuple_delimiter).sub(join, text)
+    if tuple_delimiter == "<|>":
+        text = _BROKEN_STRENGTH.sub("<|>", text)
+    return text
+
+
 def _parse_tuples(
     text: str, tuple_delimiter: str, record_delimiter: str, answer_complete: bool, default_weight: float
 ) -> _Collected:
     col = _Collected()
+    text = _mend_groups(text, tuple_delimiter)
     pattern = _record_start_pattern(tuple_delimiter)
     starts = []
     for m in pattern.finditer(text):
@@ -468,6 +505,10 @@ _STRENGTH_WORD = re.compile(
 )
 
 
+_BARE_NUMBER = re.compile(r"^\s*[-+]?\d+(?:\.\d+)?\s*$")
+_WHOLE_QUOTE = re.compile(r"^\s*" + _Q + r"[^\n]*" + _Q + r"\s*$")
+
+
 def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: float) -> bool:
     if kind in _KEYWORD_KINDS:
         keywords = _split_keywords(", ".join(_unquote(f) for f in fields))
@@ -476,7 +517,10 @@ def _parse_fields(col: _Collected, kind: str, fields: _Fields, default_weight: f
     if kind in _ENTITY_KINDS:
         if len(fields) < 2:
             return False
-        return col.add_entity(*_unwrap_entity(_unquote(fields[0]), _unquote(fields[1]), fields.joined(2)))
+        # a score after a quoted description (an importance some models add) is not description
+        scored = len(fields) == 4 and _WHOLE_QUOTE.match(fields[2]) and _BARE_NUMBER.match(fields[3])
+        description = fields.joined(2, 3 if scored else None)
+        return col.add_entity(*_unwrap_entity(_unquote(fields[0]), _unquote(fields[1]), description))
     # relationship
     if len(fields) < 2:
         return False

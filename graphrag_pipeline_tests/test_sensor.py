@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 import pytest
 
@@ -55,6 +57,27 @@ def test_changed_file_runs_alone_and_a_b_a_runs_again(test_instance, corpus):
     r2 = tick(test_instance, r1.cursor)
     assert ranges(r2) == [("darwin_and_wallace.txt", "darwin_and_wallace.txt")]
     assert not tick(test_instance, r2.cursor).run_requests
+
+
+def test_an_edit_that_keeps_size_and_modification_time_is_found(test_instance, corpus, home):
+    # new contents under the old size and modification time, as `cp -p`, `rsync -t`, `tar x` or
+    # `touch -r` leave them: the sensor and the build's plan cache both hash the file again
+    from graphrag_pipeline.ingest.corpus_sync import plan_sync
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    cursor = tick(test_instance).cursor
+    store = Store(Paths(home))
+    first = plan_sync(corpus, [], store, "fast")
+    doc = corpus / "darwin_and_wallace.txt"
+    before = doc.stat()
+    doc.write_bytes(doc.read_bytes().replace(b"Darwin", b"DARWIN"))
+    os.utime(doc, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (doc.stat().st_size, doc.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert ranges(tick(test_instance, cursor)) == [("darwin_and_wallace.txt", "darwin_and_wallace.txt")]
+    again = plan_sync(corpus, [], store, "fast", cache=first.cache)
+    assert again.states["darwin_and_wallace.txt"].hash != first.states["darwin_and_wallace.txt"].hash
+    assert [k for k in again.states if again.states[k].hash != first.states[k].hash] == ["darwin_and_wallace.txt"]
 
 
 def test_bulk_drop_is_batched_into_one_run(test_instance, corpus):

@@ -22,10 +22,17 @@ DEFAULT_BATCH = 500
 class FileState:
     hash: str
     size: int
-    mtime_ns: int
+    stamp: str  # see file_stamp
 
     def to_list(self) -> list:
-        return [self.hash, self.size, self.mtime_ns]
+        return [self.hash, self.size, self.stamp]
+
+
+def file_stamp(st: os.stat_result) -> str:
+    """What says a file may have changed besides its size: its modification time, and its status
+    change time and inode, which no tool sets back (`cp -p`, `rsync -t`, `tar x` or `touch -r` put an
+    old modification time on new contents; any write, and a replacement, changes these two)."""
+    return f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
 @dataclass
@@ -73,18 +80,19 @@ def range_tags(batch: list[str]) -> dict[str, str]:
 def scan_states(
     corpus: Path, known: Mapping[str, list] | None = None
 ) -> tuple[dict[str, CorpusFile], dict[str, FileState], dict[str, str]]:
-    """Hash every corpus file, reusing a known hash when size and mtime did not change."""
+    """Hash every corpus file, reusing a known hash when neither its size nor its stamp changed."""
     files = {f.key: f for f in scan_corpus(corpus)}
     states: dict[str, FileState] = {}
     errors: dict[str, str] = {}
     for key, f in files.items():
         try:
             st = os.stat(f.fspath or f.path)
+            stamp = file_stamp(st)
             prev = (known or {}).get(key)
-            if prev and len(prev) == 3 and prev[1] == st.st_size and prev[2] == st.st_mtime_ns:
-                states[key] = FileState(prev[0], st.st_size, st.st_mtime_ns)
+            if prev and len(prev) == 3 and prev[1] == st.st_size and prev[2] == stamp:
+                states[key] = FileState(prev[0], st.st_size, stamp)
             else:
-                states[key] = FileState(file_hash(f.path), st.st_size, st.st_mtime_ns)
+                states[key] = FileState(file_hash(f.path), st.st_size, stamp)
         except OSError as exc:
             errors[key] = f"{f.relpath}: {exc.strerror or exc}"
     return files, states, errors
@@ -134,10 +142,10 @@ def plan_sync(
     previous: Mapping[str, list] | None = None,
     cache: Mapping[str, list] | None = None,
 ) -> SyncPlan:
-    """previous: key -> [hash, size, mtime_ns] as seen last time (the sensor's cursor), or None:
+    """previous: key -> [hash, size, stamp] as seen last time (the sensor's cursor), or None:
     then a document is stale when its content differs from what its stored outputs say they
     processed. `cache` (the plan's `cache` from the last call) spares work on unchanged documents:
-    a file with the same size and mtime keeps its hash, and stored outputs whose files have the same
+    a file with the same size and stamp (file_stamp) keeps its hash, and stored outputs whose files have the same
     size and mtime keep what they said; the result is the same as without it. Outputs whose files
     changed are checked (Store.document_problems): a damaged document is stale."""
     cache = cache or {}

@@ -207,6 +207,9 @@ def _console_without_failure_traces():
         logging.setLoggerClass(base)
 
 
+_DAGSTER_WRAPPERS = {"DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError"}
+
+
 def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
     """Run a job in this process; False when any step or any asset check failed. A stop asked for
     during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
@@ -256,8 +259,10 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     for ev in result.all_events:
         if ev.event_type in (dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_FAILURE):
             err = getattr(ev.event_specific_data, "error", None)
+            # to the error the step raised: below a retry's wrapper, and below Dagster's "Error
+            # occurred while executing op" (a dg.Failure has none: its message is the user's)
             while err is not None and err.cause is not None and "max_retries" not in (err.cause.message or ""):
-                if ev.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
+                if ev.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY or err.cls_name in _DAGSTER_WRAPPERS:
                     err = err.cause
                 else:
                     break
@@ -703,7 +708,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     from graphrag_pipeline.storage.files import TABLES, clean_temp_files, read_json, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
     from graphrag_pipeline.storage.store import Store
-    from graphrag_pipeline.storage.verify import downstream_problems
+    from graphrag_pipeline.storage.verify import downstream_problems, working_file_problems
 
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
@@ -789,6 +794,9 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     batches = plan.batches(args.batch_size)
     recluster = {op_name("communities"): {"config": {"full_recluster": True}}} if args.recluster else None
     repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
+    for damaged, problem in working_file_problems(paths):
+        damaged.unlink(missing_ok=True)  # the graph job's stages rebuild it
+        repairs.append(problem)
     for problem in repairs:
         _say(f"repairing: {problem}")
     resettled = _downstream_settings_changed(instance, defs)

@@ -121,6 +121,24 @@ def test_graph_and_communities_on_top_of_the_documents(dagster_instance, resourc
     assert check_results(result) == {"knowledge_graph_is_consistent": True, "communities_reference_entities": True}
 
 
+def test_resolution_with_damaged_verdicts_judges_every_entity_again(dagster_instance, resources, settings):
+    # a run the CLI did not start (a sensor's, the UI's) meets an emptied resolution state: the
+    # step says so and resolves from scratch, as a first build does, instead of failing every run
+    build_graph(dagster_instance, resources)
+    store = settings.store()
+    before = store.read_graph("resolved_graph")
+    state = settings.paths.graph_dir / "resolution.json"
+    state.write_bytes(b"")
+    result = dg.materialize([resolved_graph], instance=dagster_instance, resources=resources)
+    assert result.success
+    resolved = metadata(result, resolved_graph)
+    assert "resolution.json" in resolved["state_repaired"] and "empty" in resolved["state_repaired"]
+    assert resolved["new_entities"] == resolved["entities"]  # every entity judged again
+    after = store.read_graph("resolved_graph")
+    assert after[0].equals(before[0]) and after[1].equals(before[1])
+    assert store.read_state("resolution")["signatures"]
+
+
 def test_one_community_report_partition(dagster_instance, resources, settings):
     build_graph(dagster_instance, resources)
     first, *others = dagster_instance.get_dynamic_partitions(community_partitions.name)

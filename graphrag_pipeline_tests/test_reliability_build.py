@@ -144,12 +144,36 @@ def _counts() -> dict:
     return {k: stats[k] for k in ("documents", "entities", "relations", "community_reports")}
 
 
-@pytest.mark.parametrize("damage", ["delete index", "garble index", "delete graph", "truncate graph", "delete report"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "delete index",
+        "garble index",
+        "delete graph",
+        "truncate graph",
+        "delete report",
+        # the stages' working files: a state, a bundle's table, a bundle's manifest
+        "empty resolution state",
+        "truncate mention shard",
+        "truncate clustering state",
+        "garble chunk manifest",
+    ],
+)
 def test_damaged_whole_corpus_outputs_are_repaired_by_the_next_build(built, home, corpus, damage):
     before = _counts()
     index = home / "index" / "search_index.duckdb"
     graph = home / "graph" / "resolved_graph.nodes.parquet"
-    if damage == "delete index":
+    working = {
+        "empty resolution state": home / "graph" / "resolution.json",
+        "truncate mention shard": max(
+            (home / "graph").glob("mentions.entities-*.parquet"), key=lambda f: f.stat().st_size
+        ),
+        "truncate clustering state": next((home / "graph").glob("communities-state.table.*.parquet")),
+        "garble chunk manifest": home / "graph" / "chunks.manifest.json",
+    }.get(damage)
+    if working is not None:
+        working.write_bytes(b"" if working.suffix == ".json" and "state" in damage else working.read_bytes()[:100])
+    elif damage == "delete index":
         index.unlink()
     elif damage == "garble index":
         index.write_bytes(b"not a database" * 100)
@@ -161,12 +185,19 @@ def test_damaged_whole_corpus_outputs_are_repaired_by_the_next_build(built, home
         next((home / "reports").glob("*.json")).unlink()
     code, out = cli("verify")
     assert code == 1 and "problem:" in out, out
+    if working is not None:
+        assert str(working) in out, out  # the problem names the file
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     assert "repairing:" in out and "everything is up to date" not in out
     assert _counts() == before
     code, out = cli("verify")
     assert code == 0 and "all good" in out, out
+    if working is not None:  # rebuilt, not only removed: the state, or the bundle's manifest again
+        bundle = working.name.split(".")[0]
+        assert (working if bundle == "resolution" else home / "graph" / f"{bundle}.manifest.json").exists()
+        code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+        assert code == 0 and "everything is up to date" in out, out
     assert cli_json("query", "Who sailed with Charles Darwin on HMS Beagle?", "--json")["entities"]
 
 
@@ -384,3 +415,22 @@ def test_a_run_that_fails_outside_its_steps_says_why(home, corpus, monkeypatch, 
     assert code != 0, out
     assert "FAILED run " in out and "the executor broke down" in out, out
     assert "build FAILED" in out
+
+
+def test_a_step_that_raises_is_said_with_its_own_error(home, corpus, monkeypatch):
+    """`FAILED <step>: <error>` gives the exception the step raised, not Dagster's wrapper around it
+    ("Error occurred while executing op ...") whose cause only `-v` showed."""
+    from graphrag_pipeline.defs import graph_assets
+
+    def broken(*args, **kwargs):
+        raise ValueError("the resolution verdicts are unreadable: see /some/file.json")
+
+    monkeypatch.setattr(graph_assets, "plan_resolution", broken)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 1, out
+    lines = [x for x in out.splitlines() if "FAILED resolved_graph" in x]
+    assert lines, out  # the build's run, and the graph run it tries again
+    for line in lines:
+        assert line.endswith(
+            "FAILED resolved_graph: ValueError: the resolution verdicts are unreadable: see /some/file.json"
+        )

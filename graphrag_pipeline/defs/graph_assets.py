@@ -30,6 +30,7 @@ from graphrag_pipeline.graph.mentions import update_merged_graph
 from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_resolution
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
 from graphrag_pipeline.reports.schedule import report_partition_changes, reportable_ids, write_reports
+from graphrag_pipeline.storage.files import DamagedFileError
 from graphrag_pipeline.storage.store import MissingInputError
 
 EAGER = dg.AutomationCondition.eager()
@@ -140,7 +141,12 @@ def resolved_graph(
 ) -> dg.MaterializeResult:
     store = settings.store()
     nodes = store.read_graph_nodes("knowledge_graph")
-    state = store.read_state("resolution", {})
+    try:
+        state = store.read_state("resolution", {})
+        state_problem = None
+    except DamagedFileError as exc:  # the verdicts are a cache: without them every entity is judged again
+        state, state_problem = {}, str(exc)
+        context.log.warning(f"{exc}: resolving every entity again")
     step = StepLLM("resolved_graph", settings, llm, used=settings.method != "fast" and llm.use_for_resolution)
     client = step.client
     judge = LLMJudge(client) if client else None
@@ -177,6 +183,7 @@ def resolved_graph(
             **llm_metadata(usage),
             "merges": md_table(merges, ["merged", "into"]),
             "top_entities": _top_entities(out_nodes),
+            **({"state_repaired": state_problem} if state_problem else {}),
         }
     )
 

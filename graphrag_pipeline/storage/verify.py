@@ -16,7 +16,7 @@ import polars as pl
 
 from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
 from graphrag_pipeline.index.duckdb_writer import check_index_file, read_meta
-from graphrag_pipeline.storage.files import DamagedFileError, verify_parquet
+from graphrag_pipeline.storage.files import DamagedFileError, read_json, verify_parquet
 
 
 def _graph_files(paths) -> list[Path]:
@@ -25,6 +25,68 @@ def _graph_files(paths) -> list[Path]:
         for name in ("knowledge_graph", "resolved_graph")
         for part in ("nodes", "edges")
     ] + [paths.graph_dir / "communities.parquet"]
+
+
+# The graph stages' working files: bundles of tables under a manifest (the merge's mention rows,
+# the chunk shards, the clustering's state) and caches (resolution verdicts, report sources). A
+# stage rebuilds one that is missing from the documents' outputs and the graph; removing a damaged
+# one (a bundle: its manifest) is its repair.
+_BUNDLES = ("mentions", "chunks", "communities-state")
+_CACHES = ("resolution.json", "report-sources.search_index.parquet", "report-sources.search_index.paths.parquet")
+
+
+def _parquet_problem(path: Path, full: bool) -> str | None:
+    if not path.exists():
+        return f"{path} is missing"
+    try:
+        if full:
+            pl.read_parquet(path)
+        else:
+            verify_parquet(path)
+    except DamagedFileError as exc:
+        return str(exc)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        return f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
+
+
+def working_file_problems(paths, *, full: bool = False) -> list[tuple[Path, str]]:
+    """(the file whose removal repairs it, the problem) for each damaged working file of the graph
+    stages. full: read every table whole (`verify`); else only the files' ends (every build)."""
+    out: list[tuple[Path, str]] = []
+    graph = paths.graph_dir
+    for name in _BUNDLES:
+        manifest_path = graph / f"{name}.manifest.json"
+        if not manifest_path.exists():
+            continue  # not written yet, or removed: the stage rebuilds it
+        try:
+            tables = read_json(manifest_path)["tables"]
+            files = [graph / f for f in tables.values()]
+        except DamagedFileError as exc:
+            out.append((manifest_path, str(exc)))
+            continue
+        except (KeyError, TypeError, AttributeError):
+            out.append((manifest_path, f"{manifest_path} does not name the tables of its bundle"))
+            continue
+        for f in files:
+            problem = _parquet_problem(f, full)
+            if problem:
+                out.append((manifest_path, problem))
+                break
+    for name in _CACHES:
+        f = graph / name
+        if not f.exists():
+            continue
+        if f.suffix == ".json":
+            try:
+                read_json(f)
+            except DamagedFileError as exc:
+                out.append((f, str(exc)))
+        else:
+            problem = _parquet_problem(f, full)
+            if problem:
+                out.append((f, problem))
+    return out
 
 
 def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
@@ -71,6 +133,7 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
             pl.read_parquet(f)
         except (OSError, pl.exceptions.PolarsError) as exc:
             problems.append(f"{f} cannot be read ({type(exc).__name__}: {str(exc)[:120]})")
+    problems.extend(problem for _, problem in working_file_problems(paths, full=True))
     for cid in report_ids:
         try:
             if store.read_report(cid) is None:

@@ -245,12 +245,15 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
     ok = result.success
     events = result.get_asset_materialization_events()
     _tag_usage(instance, result.run_id, events)
-    notices = [
-        n
-        for ev in events
-        if "notices" in ev.event_specific_data.materialization.metadata
-        for n in ev.event_specific_data.materialization.metadata["notices"].value
-    ]
+    # a run over a range of partitions records its notices on each partition's materialization: once each
+    notices = list(
+        {
+            (n["document"], n["note"]): n
+            for ev in events
+            if "notices" in ev.event_specific_data.materialization.metadata
+            for n in ev.event_specific_data.materialization.metadata["notices"].value
+        }.values()
+    )
     for n in notices[:20]:
         _say(f"  warning: {n['document']}: {n['note']}")
     if len(notices) > 20:
@@ -1081,7 +1084,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     paths = _reading_paths(args, ("index/",))
     from graphrag_pipeline.llm.pg_store import CacheStoreError
     from graphrag_pipeline.llm.usage import read_ledger_totals
-    from graphrag_pipeline.query import IndexNotFoundError, open_index
+    from graphrag_pipeline.query import IndexNotFoundError, IndexUnreadableError, open_index
 
     stats: dict = {"documents": 0, "chunks": 0, "entities": 0, "relations": 0, "communities": 0, "community_reports": 0}
     try:
@@ -1098,7 +1101,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 }
             )
     except IndexNotFoundError as exc:
-        if not args.json:
+        built = (paths.graph_dir / "communities.parquet").exists()
+        if isinstance(exc, IndexUnreadableError) or built:
+            # a built home whose index is damaged or gone: the zeros are not its counts
+            problem = str(exc) if isinstance(exc, IndexUnreadableError) else f"{exc} (the home has a built graph)"
+            stats["error"] = problem
+            print(f"error: {problem}; `graphrag-pipeline build` repairs it", file=sys.stderr, flush=True)
+        elif not args.json:
             _say(str(exc))
         elif not paths.home.exists():  # a mistyped --home: the zeros below are not this home's
             print(f"warning: no home at {paths.home}: no index to count", file=sys.stderr, flush=True)
@@ -1113,7 +1122,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         for k, v in stats.items():
             _say(f"{k:>18}: {v}")
-    return 0
+    return 1 if "error" in stats else 0
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -1330,6 +1339,25 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _search_param(name: str, kind: type):
+    """An argparse type for SearchParams' `name`: a number of `kind` in its range (query.search.param_problem)."""
+
+    def parse(text: str):
+        from graphrag_pipeline.query.search import param_problem
+
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole number' if kind is int else 'number'}: {text!r}") from None
+        problem = param_problem(name, value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem.replace(f"search parameter {name} must be", "must be"))
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="graphrag-pipeline", description=__doc__)
     p.add_argument("--home", help="state directory (default: $GRAPHRAG_HOME, else .graphrag in the project)")
@@ -1398,7 +1426,7 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
-            type=type(f.default),
+            type=_search_param(f.name, type(f.default)),
             metavar="N" if isinstance(f.default, int) else "X",
             help=f"{PARAM_HELP.get(f.name, f.name)} (default {f.default})",
         )
@@ -1464,7 +1492,12 @@ def run() -> None:
     """The console entry point. A build stopped by a signal leaves at once: worker threads may still
     wait on an LLM answer that nobody needs (every output is written whole or not at all)."""
     relax_garbage_collection()
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:
+        # the reader went away (`query ... | head`): what is left to print has nobody to read it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE
     if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -126,6 +126,35 @@ def test_query_finds_expected_entities(built):
     assert naive["chunks"][0]["doc"] == "turing_and_bletchley_park.txt"
 
 
+def test_query_refuses_bad_numbers_and_stops_quietly_when_its_reader_goes(built, home, capsys):
+    import os
+    import subprocess
+    import sys
+
+    # a count below 0 reached DuckDB's LIMIT (a traceback, exit 1); now argparse's exit 2
+    for flag, value in (("--chunk-topn", "-5"), ("--ent-topn", "2.5"), ("--ent-sim-threshold", "nan")):
+        with pytest.raises(SystemExit) as stop:
+            cli("query", "Darwin", "--mode", "naive", flag, value)
+        assert stop.value.code == 2
+        assert f"argument {flag}:" in capsys.readouterr().err
+    # `query ... | head -1` where head has gone: no BrokenPipeError traceback, SIGPIPE's status
+    env = {**os.environ, "GRAPHRAG_HOME": str(home)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from graphrag_pipeline.cli import run; run()", "query", "Charles Darwin"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    err = proc.stderr.decode()
+    assert proc.returncode == 141 and "Traceback" not in err, err
+
+
 def test_editing_one_document_reruns_only_its_partitions_and_changed_reports(built, home, corpus, instance):
     inst = instance()
     reports_before = _materialized(inst, "community_reports")

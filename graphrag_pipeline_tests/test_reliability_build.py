@@ -4,6 +4,7 @@ another corpus never wedges or silently shrinks a knowledge base."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -185,6 +186,9 @@ def test_damaged_whole_corpus_outputs_are_repaired_by_the_next_build(built, home
         next((home / "reports").glob("*.json")).unlink()
     code, out = cli("verify")
     assert code == 1 and "problem:" in out, out
+    if "index" in damage:  # no zeros passed off as the counts of a built home
+        code, out = cli("stats", "--json")
+        assert code == 1 and "search_index.duckdb" in json.loads(out)["error"], out
     if working is not None:
         assert str(working) in out, out  # the problem names the file
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
@@ -277,6 +281,8 @@ def test_leftovers_truncation_and_disk_errors_are_said_plainly(home, corpus, mon
     assert code == 0, out
     assert "removed a temporary file left by an interrupted build" in out and not leftover.exists()
     assert "warning: huge.txt:" in out and "50,000" in out  # the truncation is shown, not only logged
+    # once, though the run's 8 document partitions each record the batch's notices
+    assert out.count("warning: huge.txt:") == 1 and "more skipped or truncated" not in out, out
     from graphrag_pipeline.cli import _plain_error
 
     assert _plain_error("OSError: [Errno 28] No space left on device").startswith("disk full")

@@ -16,6 +16,7 @@ form the answer prompt asks the LLM to cite in; `citations()` parses them back.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,21 @@ class SearchParams:
     global_map_topn: int = 8
     global_min_score: float = 0.0
     chunk_topn: int = 5
+
+
+def param_problem(name: str, value) -> str | None:
+    """Why `value` cannot be SearchParams' `name` (None when it can): a finite number of the field's
+    kind, a count from 0 to 1,000,000, a threshold or score from -1 to 1,000,000. Shared by the CLI's
+    flags and the HTTP API."""
+    default = getattr(SearchParams(), name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return f"search parameter {name} must be a finite number, got {value!r}"
+    if isinstance(default, int):
+        if value != int(value) or not 0 <= value <= 1_000_000:
+            return f"search parameter {name} must be a whole number from 0 to 1000000, got {value!r}"
+    elif not -1.0 <= value <= 1_000_000:
+        return f"search parameter {name} must be from -1 to 1000000, got {value!r}"
+    return None
 
 
 # what each SearchParams field means (the CLI's flags are made from these)

@@ -16,7 +16,6 @@ lock are released when it ends); more than max_in_flight queries at once get 503
 import asyncio
 import hmac
 import json
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
@@ -96,6 +95,7 @@ class BodyLimit:
 def _check_params(given: dict[str, Any] | None):
     """SearchParams from the request's overrides: known names, numbers of the field's kind, sane ranges."""
     from graphrag_pipeline.query import SearchParams
+    from graphrag_pipeline.query.search import param_problem
 
     known = {f.name: f for f in fields(SearchParams)}
     given = given or {}
@@ -104,16 +104,10 @@ def _check_params(given: dict[str, Any] | None):
         raise HTTPException(422, f"unknown search parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     values = {}
     for name, value in given.items():
-        default = getattr(SearchParams(), name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise HTTPException(422, f"search parameter {name} must be a finite number, got {value!r}")
-        if isinstance(default, int):
-            if value != int(value) or not 0 <= value <= 1_000_000:
-                raise HTTPException(422, f"search parameter {name} must be a whole number from 0 to 1000000")
-            value = int(value)
-        elif not -1.0 <= value <= 1_000_000:
-            raise HTTPException(422, f"search parameter {name} must be from -1 to 1000000")
-        values[name] = value
+        problem = param_problem(name, value)
+        if problem:
+            raise HTTPException(422, problem)
+        values[name] = int(value) if isinstance(getattr(SearchParams(), name), int) else value
     return SearchParams(**values)
 
 

@@ -319,6 +319,18 @@ def test_read_larger_than_max_bytes_is_truncated(tmp_path):
     assert doc.size_bytes == len(data)
 
 
+def test_utf8_with_a_few_broken_bytes_stays_utf8_and_other_code_pages_are_still_guessed(tmp_path):
+    text = "Ein schönes Café in Zürich, naïve façade: größer als gedacht. " * 20
+    data = text.encode() + b"broken \xff\xfe and \x80\x81 bytes\n" + text.encode()
+    doc = read_document(_write(tmp_path, "mostly.txt", data))
+    assert doc.status == "ok" and doc.encoding == "utf-8"
+    assert doc.text.count("schönes Café") == 40 and "broken \ufffd\ufffd and \ufffd\ufffd bytes" in doc.text
+    # a legacy code page has no UTF-8 characters to outnumber its bytes: it is still detected
+    legacy = ("Привет, мир. Это обычный текст в кодировке Windows-1251. " * 20).encode("cp1251")
+    doc = read_document(_write(tmp_path, "ru.txt", legacy))
+    assert doc.status == "ok" and doc.text.startswith("Привет, мир.") and "\ufffd" not in doc.text
+
+
 def test_read_truncated_in_the_middle_of_a_multibyte_character(tmp_path):
     path = _write(tmp_path, "cut.txt", ("ab" + "é" * 10).encode())
     doc = read_document(path, max_bytes=5)  # a b c3 a9 c3|a9

@@ -388,6 +388,13 @@ def _decode(raw: bytes, truncated: bool) -> tuple[str | None, str]:
         # a file cut in the middle of a multi-byte character is still UTF-8
         if truncated and exc.start >= len(raw) - 4:
             return raw[: exc.start].decode("utf-8-sig"), "utf-8"
+    # UTF-8 with a few broken bytes (a bad copy, a cut paste): its characters outnumber the broken
+    # bytes, which become U+FFFD; a guessed single-byte code page would turn every character into
+    # two (`Ã©` for `é`) and the broken bytes into letters (`ÿþ`, `яю`)
+    mended = raw.decode("utf-8-sig", errors="replace")
+    broken = mended.count("\ufffd") - raw.count("\ufffd".encode())
+    if 0 < broken <= sum(1 for ch in mended if ch > "\x7f" and ch != "\ufffd"):
+        return mended, "utf-8"
     from charset_normalizer import from_bytes
 
     best = from_bytes(raw[: 1 << 20]).best()

@@ -1272,13 +1272,14 @@ def _follow_remote_index(sync, interval_s: float = 30.0) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    paths = _prepare_environment(args)
-    _remote_pull(("graph/",))
+    paths = _reading_paths(args, ("graph/",))  # a reader: nothing is created in the home
     from graphrag_pipeline.graph.export import write_graphml
     from graphrag_pipeline.storage.store import Store
 
+    store = Store.__new__(Store)
+    store.paths = paths
     try:
-        nodes, edges = Store(paths).read_graph("resolved_graph")
+        nodes, edges = store.read_graph("resolved_graph")
     except FileNotFoundError as exc:
         print(f"error: {exc}; run `graphrag-pipeline build` first", file=sys.stderr)
         return 2

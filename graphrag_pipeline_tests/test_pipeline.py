@@ -239,6 +239,10 @@ def test_export_graphml(built, tmp_path):
     stats = cli_json("stats", "--json")
     assert g.number_of_nodes() == stats["entities"] and g.number_of_edges() == stats["relations"]
     assert any(d.get("label") == "郑和" for _, d in g.nodes(data=True))
+    # a mistyped home: an error, and no folders made there
+    missing = tmp_path / "no-such-home"
+    code, text = cli("--home", str(missing), "export", "--out", str(tmp_path / "x.graphml"))
+    assert code == 2 and not missing.exists()
 
 
 def test_a_file_deleted_before_its_run_is_skipped_not_fatal(home, corpus, instance):

@@ -615,12 +615,23 @@ def test_the_plan_after_a_build_reads_no_stored_outputs_again(home, corpus, inst
     cached = read_json(home / "state" / "corpus-files.json")
     plan = plan_sync(corpus, keys, store, "fast", cache=cached["files"])
     assert not plan.changed and reads == []
-    # a document edited and built: again nothing to read the time after
+    # a document edited and built: again nothing to read the time after; the cache is written once
+    # (after the runs), and not at all by a build with nothing to do
+    from graphrag_pipeline.storage import files
+
+    writes = []
+    real_write = files.write_json
+    monkeypatch.setattr(
+        files, "write_json", lambda data, target, **kw: writes.append(target.name) or real_write(data, target, **kw)
+    )
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0 and "everything is up to date" in out and "corpus-files.json" not in writes, out
     edited = corpus / "darwin_and_wallace.txt"
     edited.write_text(edited.read_text(encoding="utf-8") + "\n\nA new closing paragraph.", encoding="utf-8")
     monkeypatch.setattr(corpus_sync, "stored_hash", real)
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
+    assert writes.count("corpus-files.json") == 1
     monkeypatch.setattr(corpus_sync, "stored_hash", lambda *a: reads.append(a[1]) or real(*a))
     cached = read_json(home / "state" / "corpus-files.json")
     plan = plan_sync(corpus, keys, store, "fast", cache=cached["files"])

@@ -37,6 +37,7 @@ class Reply:
     prompt_tokens: int = 11  # reported in `usage` (fixed values so tests can tell them from tiktoken counts)
     completion_tokens: int = 3
     finish_reason: str = "stop"  # "length": the answer was cut at the output limit
+    trickle_s: float = 0.0  # send the body one byte at a time, this long apart (each read is quick)
 
 
 Responder = Callable[[dict], "Reply | str"]
@@ -144,9 +145,9 @@ class ScriptedLLMServer:
                     }
                 else:
                     payload = ok_body(reply)
-                self._send(reply.status, payload, reply.headers)
+                self._send(reply.status, payload, reply.headers, reply.trickle_s)
 
-            def _send(self, status: int, payload, headers: dict | None = None):
+            def _send(self, status: int, payload, headers: dict | None = None, trickle_s: float = 0.0):
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
                 try:
                     self.send_response(status)
@@ -155,7 +156,13 @@ class ScriptedLLMServer:
                     for k, v in (headers or {}).items():
                         self.send_header(k, str(v))
                     self.end_headers()
-                    self.wfile.write(data)
+                    if trickle_s:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i : i + 1])
+                            self.wfile.flush()
+                            time.sleep(trickle_s)
+                    else:
+                        self.wfile.write(data)
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                     self.close_connection = True

@@ -209,6 +209,21 @@ def test_timeout_then_success(llm_server):
     assert client.attempts == 2 and client.usage_snapshot().calls == 1
 
 
+def test_an_answer_sent_a_byte_at_a_time_is_bounded_by_the_timeout(llm_server):
+    # every read comes well within the timeout, the whole answer does not: the call is timed out
+    # at about timeout_s (a read timeout alone let it run for len(body) x 0.05 s, over 10 s)
+    llm_server.script(Reply("slow " * 20, trickle_s=0.05), Reply("on time"))
+    client = client_for(llm_server, timeout_s=1.0)
+    started = time.monotonic()
+    assert client.chat(MSG).text == "on time"
+    assert client.attempts == 2 and time.monotonic() - started < 5
+    llm_server.script(Reply("x" * 50, trickle_s=0.05))
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="timeout after 0.5s"):
+        client_for(llm_server, timeout_s=0.5, max_retries=0).chat(MSG)
+    assert time.monotonic() - started < 3
+
+
 def test_malformed_body_is_retried(llm_server):
     llm_server.script(Reply(raw_body='{"choices": [ truncated'), Reply(raw_body="{}"), Reply("good"))
     client = client_for(llm_server)

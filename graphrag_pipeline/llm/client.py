@@ -257,6 +257,42 @@ def _message_text(messages: list[dict]) -> str:
     return "\n".join(parts)
 
 
+def _deadline_client(timeout_s: float):
+    """The SDK's HTTP client, with each request bounded by `timeout_s` as a whole. The SDK's timeout
+    bounds each wait (connect, each read), so an endpoint that sends its answer a byte at a time
+    would hold a call for as long as it likes."""
+    import httpx2
+    import openai
+
+    class Stream(httpx2.SyncByteStream):
+        def __init__(self, inner, deadline: float, request) -> None:
+            self.inner, self.deadline, self.request = inner, deadline, request
+
+        def __iter__(self):
+            for chunk in self.inner:
+                if time.monotonic() > self.deadline:
+                    raise httpx2.ReadTimeout(f"the answer took longer than {timeout_s:g}s", request=self.request)
+                yield chunk
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class Transport(httpx2.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx2.HTTPTransport(limits=openai._base_client.DEFAULT_CONNECTION_LIMITS)
+
+        def handle_request(self, request):
+            deadline = time.monotonic() + timeout_s
+            response = self.inner.handle_request(request)
+            response.stream = Stream(response.stream, deadline, request)
+            return response
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return openai.DefaultHttpxClient(timeout=timeout_s, transport=Transport())
+
+
 class LLMClient:
     def __init__(
         self,
@@ -326,7 +362,9 @@ class LLMClient:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self._key = _Secret(key)
-        self._client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s)
+        self._client = openai.OpenAI(
+            api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s, http_client=_deadline_client(timeout_s)
+        )
         self._endpoint = redact_url(str(self._client.base_url))
         self.pricing = pricing if pricing is not None else pricing_for(model, self._endpoint)
         self.budgeted = budgeted

@@ -97,7 +97,8 @@ def test_a_build_killed_twice_during_extraction_is_recovered_by_the_next(home, c
 def test_a_signal_stops_the_build_quickly_and_the_next_build_completes(home, corpus, slow_llm, signo, status):
     server, env = slow_llm
     p = _spawn(home, corpus, "--method", "light", **env)
-    _wait_for(lambda: server.chat_count > 0)
+    _wait_for(lambda: server.chat_count - server.in_flight >= 3)  # some answers paid for, others in flight
+    answered = server.chat_count - server.in_flight
     started = time.monotonic()
     p.send_signal(signo)
     out, err = p.communicate(timeout=60)
@@ -109,6 +110,8 @@ def test_a_signal_stops_the_build_quickly_and_the_next_build_completes(home, cor
     runs = inst.get_runs(limit=1)
     assert runs[0].status == dg.DagsterRunStatus.CANCELED
     assert not inst.event_log_storage.get_concurrency_run_ids()
+    # the answers paid for before the stop are in the ledger (the stopped step recorded none before)
+    assert answered <= cli_json("stats", "--json")["llm"]["calls"] <= server.chat_count
     assert not list(home.rglob(".*.tmp")) or True  # leftovers are removed by the next build (below)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out

@@ -3,9 +3,16 @@ step paid for, recorded in the ledger and shown in the step's metadata."""
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from graphrag_pipeline.llm.usage import LLMUsage, open_ledger
+
+log = logging.getLogger("graphrag_pipeline.llm")
+
+# the StepLLMs made by the asset body running now (see usage_recorded_on_failure)
+_OPEN_STEPS: ContextVar[list | None] = ContextVar("graphrag_open_llm_steps", default=None)
 
 
 def _run_id() -> str | None:
@@ -26,7 +33,11 @@ class StepLLM:
         in Postgres)."""
         self.step = step
         self._paths = settings.paths
+        self.recorded = False
         self.client = llm.client(settings.paths) if used else None
+        steps = _OPEN_STEPS.get()
+        if steps is not None and self.client is not None:
+            steps.append(self)
         run_id = _run_id() if self.client is not None else None
         if run_id:
             from graphrag_pipeline.llm import budget
@@ -38,7 +49,29 @@ class StepLLM:
         if usage is None:
             usage = self.client.usage_snapshot() if self.client else LLMUsage()
         open_ledger(self._paths).record(self.step, usage)
+        self.recorded = True
         return usage
+
+
+@contextmanager
+def usage_recorded_on_failure():
+    """Around an asset body: when it stops with an exception before its LLM steps recorded their
+    usage (a build stopped by a signal cancels the calls in flight, a failure after paid calls), what
+    their clients were paid for still goes into the ledger, so `stats` counts every paid call."""
+    steps: list[StepLLM] = []
+    token = _OPEN_STEPS.set(steps)
+    try:
+        yield
+    except BaseException:
+        for step in steps:
+            if not step.recorded:
+                try:
+                    step.record()
+                except Exception as exc:  # noqa: BLE001 - the body's own error is the one to raise
+                    log.warning("the LLM usage of %s could not be recorded: %s", step.step, exc)
+        raise
+    finally:
+        _OPEN_STEPS.reset(token)
 
 
 def llm_metadata(usage: LLMUsage) -> dict:

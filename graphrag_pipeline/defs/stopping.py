@@ -14,6 +14,7 @@ import signal
 import dagster as dg
 
 from graphrag_pipeline import interrupts, progress
+from graphrag_pipeline.defs.llm_step import usage_recorded_on_failure
 from graphrag_pipeline.llm.client import cancel_all_clients
 
 
@@ -32,7 +33,8 @@ def stoppable(fn):
         if signo := interrupts.requested():
             raise _stopped(signo)
         try:
-            with progress.step(fn.__name__):  # the step a build's progress display names
+            # the step a build's progress display names; what its LLM calls cost is recorded however it ends
+            with progress.step(fn.__name__), usage_recorded_on_failure():
                 result = fn(*args, **kwargs)
             settings = kwargs.get("settings")
             if hasattr(settings, "push_written"):  # a home on object storage: in the bucket before the step is done

@@ -581,6 +581,29 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
     _say(f"refresh: {_count(len(left), 'document')} with {_count(chunks, 'failed chunk')} extracted again")
 
 
+def _fallback_reports(store, keys: list[str]) -> list[str]:
+    """The report partitions whose report is the extractive text written because the model's answer
+    was unusable (empty, unparsable) - not asked again by themselves, as failed chunks are not."""
+    out = []
+    for key in keys:
+        try:
+            report = store.read_report(key)
+        except (OSError, ValueError, TypeError):
+            continue  # a damaged report is repaired by the build (verify, downstream_problems)
+        if report is not None and report.generator == "extractive-fallback":
+            out.append(key)
+    return out
+
+
+def _say_fallback_reports(store, keys: list[str]) -> None:
+    fallback = _fallback_reports(store, keys)
+    if fallback:
+        _say(
+            f"note: {_count(len(fallback), 'community report')} of {len(keys)} written without the model (its answers "
+            f"were unusable; e.g. {fallback[0]}): `graphrag-pipeline build --refresh failed` asks again"
+        )
+
+
 def _say_failed_chunks(store, plan) -> None:
     failed = _failed_chunks(store, plan.order)
     if failed:
@@ -821,7 +844,21 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             f"note: built under other settings: {'; '.join(resettled)}; `graphrag-pipeline build --refresh stale` "
             "applies them now (new LLM calls may be paid), else the next change of a document does"
         )
-    downstream = plan.changed or args.recluster or bool(repairs) or apply or _downstream_stale(instance, defs)
+    redo_reports = (
+        _fallback_reports(store, instance.get_dynamic_partitions(community_partitions.name))
+        if method != "fast" and getattr(args, "refresh", None) == "failed"
+        else []
+    )
+    if redo_reports:
+        _say(f"refresh: {_count(len(redo_reports), 'community report')} written without the model asked again")
+    downstream = (
+        plan.changed
+        or args.recluster
+        or bool(repairs)
+        or apply
+        or bool(redo_reports)
+        or _downstream_stale(instance, defs)
+    )
     graph_done = False
 
     def prefetch() -> None:
@@ -865,6 +902,9 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
             done = instance.get_materialized_partitions(asset_key("community_reports"))
             todo = [k for k in all_keys if k not in done or not store.has_report(k)]
             todo = _reports_of_another_method(paths, store, method, all_keys, todo)
+            if redo_reports:  # `--refresh failed`: rewritten by the model (a fallback is not reused)
+                wanted = set(todo) | set(redo_reports)
+                todo = [k for k in all_keys if k in wanted]
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
             # after an interrupted run, partitions not marked materialized may have their report stored
             stored = sum(1 for k in todo if store.has_report(k))
@@ -927,6 +967,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     if method != "fast":
         _say_failed_chunks(store, plan)
+        _say_fallback_reports(store, instance.get_dynamic_partitions(community_partitions.name))
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s" + _build_cost(args, paths))
     return 0 if ok else 1
 
@@ -1412,7 +1453,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["stale", "failed"],
         help="stale: also process the documents built under other settings (model, prompts, chunking: their "
         "code version changed); failed: extract again the documents with chunks whose answer could not be "
-        "parsed; without it they are only reported (new LLM calls are a paid decision)",
+        "parsed, and write again the community reports written without the model (its answers were unusable); "
+        "without it they are only reported (new LLM calls are a paid decision)",
     )
     b.add_argument(
         "--estimate",

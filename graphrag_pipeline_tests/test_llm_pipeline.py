@@ -153,6 +153,35 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert code == 0 and "everything is up to date" in out and "no extraction" not in out
 
 
+def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(server, fake, corpus, home):
+    # a bad spell of the endpoint: every report answer unusable, so each report is the extractive text
+    for p in list(corpus.iterdir()):
+        if p.name not in ("darwin_and_wallace.txt", "turing_and_bletchley_park.txt"):
+            p.unlink()
+    fake.report_override = lambda prompt: ""
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    generators = {json.loads(p.read_text())["generator"] for p in (home / "reports").glob("*.json")}
+    assert generators == {"extractive-fallback"}
+    total = len(list((home / "reports").glob("*.json")))
+    assert f"note: {total} community report" in out and "--refresh failed" in out, out
+    # said again at every build, and not asked again by itself
+    before = len(server.requests)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0 and "everything is up to date" in out and f"note: {total} community report" in out
+    assert len(server.requests) == before
+    # the endpoint answers again: --refresh failed writes them with the model, nothing else is redone
+    fake.report_override = None
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
+    assert code == 0, out
+    assert f"refresh: {total} community reports written without the model asked again" in out
+    assert kinds(server, before) == {"report": total}
+    generators = {json.loads(p.read_text())["generator"] for p in (home / "reports").glob("*.json")}
+    assert len(generators) == 1 and generators.pop().startswith("llm:")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0 and "everything is up to date" in out and "community report" not in out
+
+
 def test_editing_one_document_pays_only_for_changed_chunks_and_communities(server, fake, corpus, home):
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out

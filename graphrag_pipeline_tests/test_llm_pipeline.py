@@ -200,7 +200,7 @@ def test_editing_one_document_pays_only_for_changed_chunks_and_communities(serve
     assert reports_before < all_reports  # only changed communities get a new report
 
 
-def test_query_rewrite_and_answers(server, fake, corpus, home):
+def test_query_rewrite_and_answers(server, fake, corpus, home, monkeypatch):
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out
     start = len(server.requests)
@@ -213,6 +213,11 @@ def test_query_rewrite_and_answers(server, fake, corpus, home):
     k = kinds(server, start)
     assert k.get("global_map", 0) >= 1 and k.get("global_reduce") == 1
     assert g["answer"].startswith("GLOBAL ANSWER")
+    # the endpoint goes away: a search still answers from the index (the question analysed offline)
+    server.stop()
+    monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
+    res = cli_json("query", "Who was Ada Lovelace?", "--mode", "local", "--json")
+    assert any("LOVELACE" in e["name"].upper() for e in res["entities"]), res["entities"]
 
 
 def test_answer_without_llm_explains(home, corpus, capsys):

@@ -16,6 +16,7 @@ form the answer prompt asks the LLM to cite in; `citations()` parses them back.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections import defaultdict
@@ -24,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from graphrag_pipeline.index.protocol import SearchIndex
 from graphrag_pipeline.ingest.tokens import count_tokens, truncate_tokens
 from graphrag_pipeline.llm.protocol import ChatClient, QueryClient
+
+log = logging.getLogger("graphrag_pipeline.query")
 
 MODES = ("mix", "local", "global", "naive")
 DEFAULT_MODE = "mix"
@@ -269,7 +272,14 @@ def _graph_recall(
     sources of the ranked items, the community reports of the ranked entities and the `also` calls."""
     embedder = index.embedder(client)
     if analysis is None and client is not None:
-        analysis = analyze_question_llm(client, question, index.type_pool())
+        from graphrag_pipeline.llm.client import LLMCancelled, LLMError
+
+        try:
+            analysis = analyze_question_llm(client, question, index.type_pool())
+        except LLMCancelled:
+            raise
+        except LLMError as exc:  # the endpoint is down or refuses: searched with the offline analysis
+            log.warning("the question was analysed offline: %s", exc)
     analysis = analysis or analyze_question(question, index.type_pool())
 
     ent_vec = embedder.embed_one(", ".join(analysis.entities))

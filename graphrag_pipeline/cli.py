@@ -344,7 +344,11 @@ def _outcome(success: bool, events: list, keys: tuple[str, ...]) -> str:
     described = _describe(events, keys)
     if success:
         return f"  done: {described}"
-    return f"  FAILED (finished before the failure: {described})" if described else "  FAILED (nothing finished)"
+    return (
+        f"  FAILED (finished before the failure: {described})"
+        if described
+        else "  FAILED (no step finished; what a failed step finished is stored)"
+    )
 
 
 def _describe(events: list, keys: tuple[str, ...]) -> str:
@@ -689,7 +693,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         what = (
             f"the LLM endpoint refused the API key (HTTP {refused.group(1)}: check OPENAI_API_KEY)"
             if refused
-            else "the LLM endpoint is not answering"
+            else "the LLM endpoint is failing (no usable answer after its retries)"
         )
         print(
             f"build stopped: {what} (see above). What was finished is stored; the "

@@ -251,8 +251,12 @@ def doc_subgraph(
             )
         raise dg.Failure(
             description=f"{len(failures)} of {len(keys)} documents could not be extracted (the LLM endpoint failed); "
-            f"the other {len(keys) - len(failures)} were stored and will not be extracted again. "
-            f"First error: {failures[0]['document']}: {failures[0]['error']}",
+            + (
+                f"the other {len(keys) - len(failures)} were stored and will not be extracted again. "
+                if len(failures) < len(keys)
+                else ""
+            )
+            + f"First error: {failures[0]['document']}: {failures[0]['error']}",
             metadata={**metadata, "failed": md_table(failures, ["document", "error"], width=200)},
         )
     add_partition_metadata(context, per_document)

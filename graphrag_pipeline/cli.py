@@ -207,7 +207,7 @@ def _console_without_failure_traces():
         logging.setLoggerClass(base)
 
 
-_CACHE_EARLY_WRITE = 200  # documents to process above which the plan cache is also written before the runs
+_CACHE_EARLY_WRITE = 200  # entries new to the plan cache above which it is also written before the runs
 
 _DAGSTER_WRAPPERS = {"DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError"}
 
@@ -528,6 +528,9 @@ def _code_version_stale(args: argparse.Namespace, paths: Paths, instance, defs, 
 _FAILED_CHUNKS = "failed-chunks.json"  # under state/
 
 
+_FALLBACK_REPORTS = "fallback-reports.json"
+
+
 def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
     """Documents with chunks whose answer could not be used (unparsable after its retries) -> how
     many. Kept in state/failed-chunks.json with the signature of each document's subgraph files
@@ -587,15 +590,39 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
 
 def _fallback_reports(store, keys: list[str]) -> list[str]:
     """The report partitions whose report is the extractive text written because the model's answer
-    was unusable (empty, unparsable) - not asked again by themselves, as failed chunks are not."""
-    out = []
+    was unusable (empty, unparsable) - not asked again by themselves, as failed chunks are not.
+    Kept in state/fallback-reports.json with each report file's size and mtime when it was read:
+    only reports written since are read again."""
+    from graphrag_pipeline.storage.files import read_json, write_json
+
+    marker = store.paths.state_dir / _FALLBACK_REPORTS
+    try:
+        known = read_json(marker, None)
+    except (OSError, ValueError):
+        known = None
+    known = known if isinstance(known, dict) else {}
+    seen = known.get("signatures") if isinstance(known.get("signatures"), dict) else {}
+    before = set(known.get("fallback") or []) if isinstance(known.get("fallback"), list) else set()
+    signatures, out = {}, []
     for key in keys:
         try:
-            report = store.read_report(key)
-        except (OSError, ValueError, TypeError):
-            continue  # a damaged report is repaired by the build (verify, downstream_problems)
-        if report is not None and report.generator == "extractive-fallback":
+            st = os.stat(store.paths.reports_dir / f"{key}.json")
+        except OSError:
+            continue  # missing: written by the build (or repaired)
+        signatures[key] = f"{st.st_size}:{st.st_mtime_ns}"
+        if seen.get(key) == signatures[key]:
+            fallback = key in before
+        else:
+            try:
+                report = store.read_report(key)
+            except Exception:  # noqa: BLE001 - a damaged report is repaired by the build (downstream_problems)
+                report = None
+            fallback = report is not None and report.generator == "extractive-fallback"
+        if fallback:
             out.append(key)
+    state = {"signatures": signatures, "fallback": out}
+    if state != known:
+        write_json(state, marker, compact=True)
     return out
 
 
@@ -814,10 +841,13 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     defs = current_defs()  # code versions of these settings and this record (method, model, prompts, chunking)
     change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
     # the plan's cache is written once, after the runs (with what the processed documents' outputs
-    # say then); before them too only when many documents are to be processed, so that a long build
-    # stopped half-way does not hash their files again (at 50,000 documents a write is 0.4 s)
-    cache_changed = plan.cache != (cached.get("files") if cached.get("corpus") == str(corpus) else None)
-    if cache_changed and len(plan.stale) > _CACHE_EARLY_WRITE:
+    # say then); before them too when many of its entries are new (many files hashed), so that a
+    # build stopped half-way does not hash them again (at 50,000 documents a write is 0.4 s)
+    previous_files = (cached.get("files") if cached.get("corpus") == str(corpus) else None) or {}
+    cache_changed = plan.cache != previous_files
+    # entries whose file was hashed (or whose outputs were read) this time: what a stop would lose
+    fresh = sum(1 for k, v in plan.cache.items() if previous_files.get(k) != v)
+    if fresh > _CACHE_EARLY_WRITE:
         write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     _say(
         f"corpus: {_count(len(plan.states), 'document')}; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "

@@ -224,6 +224,18 @@ def test_an_answer_sent_a_byte_at_a_time_is_bounded_by_the_timeout(llm_server):
     assert time.monotonic() - started < 3
 
 
+def test_the_endpoint_is_reached_through_the_proxy_the_environment_names(llm_server, monkeypatch):
+    # the scripted server stands in for the proxy: an HTTP proxy is sent the request for the
+    # endpoint's URL, which it answers here (the bounded-answer client keeps the SDK's proxy rules)
+    port = llm_server.base_url.split(":")[2].split("/")[0]
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    llm_server.script(Reply("via the proxy"))
+    client = client_for(llm_server, base_url="http://llm.invalid/v1", max_retries=0)
+    assert client.chat(MSG).text == "via the proxy"
+
+
 def test_malformed_body_is_retried(llm_server):
     llm_server.script(Reply(raw_body='{"choices": [ truncated'), Reply(raw_body="{}"), Reply("good"))
     client = client_for(llm_server)

@@ -165,7 +165,9 @@ def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(s
     assert generators == {"extractive-fallback"}
     total = len(list((home / "reports").glob("*.json")))
     assert f"note: {total} community report" in out and "--refresh failed" in out, out
-    # said again at every build, and not asked again by itself
+    # said again at every build (from state/fallback-reports.json: reports unchanged since are not
+    # read again), and not asked again by itself
+    assert len(json.loads((home / "state" / "fallback-reports.json").read_text())["fallback"]) == total
     before = len(server.requests)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0 and "everything is up to date" in out and f"note: {total} community report" in out

@@ -430,7 +430,7 @@ def _second_group(tuple_delimiter: str) -> re.Pattern:
     d = re.escape(tuple_delimiter)
     return re.compile(
         r"(?<=" + _Q + r")[)\uff09][ \t]*" + d + r"[ \t]*[(\uff08]"
-        r"(?=(?P<group>[^\n]*?)[ \t]*" + d + r"[ \t]*[-+]?\d+(?:\.\d+)?[ \t]*[)\uff09][ \t*`]*(?:\n|$))"
+        r"(?=(?P<group>[^\n]{0,200}?)[ \t]*" + d + r"[ \t]*[-+]?\d+(?:\.\d+)?[ \t]*[)\uff09][ \t*`]*(?:\n|$))"
     )
 
 

@@ -30,9 +30,10 @@ class FileState:
 
 def file_stamp(st: os.stat_result) -> str:
     """What says a file may have changed besides its size: its modification time, and its status
-    change time and inode, which no tool sets back (`cp -p`, `rsync -t`, `tar x` or `touch -r` put an
-    old modification time on new contents; any write, and a replacement, changes these two)."""
-    return f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    change time, which no tool sets back (`cp -p`, `rsync -t`, `tar x` or `touch -r` put an old
+    modification time on new contents; any write, and a replacement, changes the ctime). Not the
+    inode: some network and FUSE file systems give a file another one at each mount."""
+    return f"{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 @dataclass

@@ -258,9 +258,10 @@ def _message_text(messages: list[dict]) -> str:
 
 
 def _deadline_client(timeout_s: float):
-    """The SDK's HTTP client, with each request bounded by `timeout_s` as a whole. The SDK's timeout
+    """The SDK's HTTP client, with each answer bounded by `timeout_s` as a whole. The SDK's timeout
     bounds each wait (connect, each read), so an endpoint that sends its answer a byte at a time
-    would hold a call for as long as it likes."""
+    would hold a call for as long as it likes. The client is otherwise the SDK's own (its proxies
+    from the environment, limits and redirects)."""
     import httpx2
     import openai
 
@@ -277,20 +278,19 @@ def _deadline_client(timeout_s: float):
         def close(self) -> None:
             self.inner.close()
 
-    class Transport(httpx2.BaseTransport):
-        def __init__(self) -> None:
-            self.inner = httpx2.HTTPTransport(limits=openai._base_client.DEFAULT_CONNECTION_LIMITS)
-
-        def handle_request(self, request):
+    class Client(openai.DefaultHttpxClient):
+        def send(self, request, *, stream: bool = False, **kwargs):
             deadline = time.monotonic() + timeout_s
-            response = self.inner.handle_request(request)
+            response = super().send(request, stream=True, **kwargs)
             response.stream = Stream(response.stream, deadline, request)
+            if not stream:
+                try:
+                    response.read()
+                finally:
+                    response.close()
             return response
 
-        def close(self) -> None:
-            self.inner.close()
-
-    return openai.DefaultHttpxClient(timeout=timeout_s, transport=Transport())
+    return Client(timeout=timeout_s)
 
 
 class LLMClient:

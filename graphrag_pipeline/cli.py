@@ -531,38 +531,44 @@ _FAILED_CHUNKS = "failed-chunks.json"  # under state/
 _FALLBACK_REPORTS = "fallback-reports.json"
 
 
-def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
-    """Documents with chunks whose answer could not be used (unparsable after its retries) -> how
-    many. Kept in state/failed-chunks.json with the signature of each document's subgraph files
-    when its record was read: only documents whose files changed since (extracted by a build, the
-    sensors' runs or a backfill from the UI) are read again; a record that cannot be read counts
-    none (the build repairs the document)."""
+def _memo_by_signature(marker: Path, field: str, signatures: dict[str, str], read_one) -> dict:
+    """Per key, `read_one(key)` (kept when not empty), remembered in `marker` (under `field`) with the
+    key's file signature when it was read: only keys whose files changed since are read again."""
     from graphrag_pipeline.storage.files import read_json, write_json
 
-    marker = store.paths.state_dir / _FAILED_CHUNKS
     try:
         known = read_json(marker, None)
     except (OSError, ValueError):  # DamagedFileError is both
         known = None
     known = known if isinstance(known, dict) else {}
     seen = known.get("signatures") if isinstance(known.get("signatures"), dict) else {}
-    before = known.get("failed") if isinstance(known.get("failed"), dict) else {}
-    signatures = store.subgraph_signatures(keys)
-    failed: dict[str, int] = {}
-    for key in keys:
-        if key in seen and seen[key] == signatures[key]:
-            n = before.get(key, 0)
-        else:
-            try:
-                n = len((store.subgraph_info(key) or {}).get("failed_chunks") or [])
-            except (OSError, ValueError):
-                n = 0
-        if n:
-            failed[key] = int(n)
-    state = {"signatures": signatures, "failed": failed}
+    before = known.get(field) if isinstance(known.get(field), dict) else {}
+    out = {}
+    for key, signature in signatures.items():
+        value = before.get(key) if seen.get(key) == signature else read_one(key)
+        if value:
+            out[key] = value
+    state = {"signatures": signatures, field: out}
     if state != known:
         write_json(state, marker, compact=True)
-    return failed
+    return out
+
+
+def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
+    """Documents with chunks whose answer could not be used (unparsable after its retries) -> how
+    many. Kept in state/failed-chunks.json with the signature of each document's subgraph files
+    when its record was read: only documents whose files changed since (extracted by a build, the
+    sensors' runs or a backfill from the UI) are read again; a record that cannot be read counts
+    none (the build repairs the document)."""
+
+    def failed(key: str) -> int:
+        try:
+            return len((store.subgraph_info(key) or {}).get("failed_chunks") or [])
+        except (OSError, ValueError):
+            return 0
+
+    marker = store.paths.state_dir / _FAILED_CHUNKS
+    return _memo_by_signature(marker, "failed", store.subgraph_signatures(keys), failed)
 
 
 def _count(n: int, noun: str) -> str:
@@ -593,37 +599,23 @@ def _fallback_reports(store, keys: list[str]) -> list[str]:
     was unusable (empty, unparsable) - not asked again by themselves, as failed chunks are not.
     Kept in state/fallback-reports.json with each report file's size and mtime when it was read:
     only reports written since are read again."""
-    from graphrag_pipeline.storage.files import read_json, write_json
 
-    marker = store.paths.state_dir / _FALLBACK_REPORTS
-    try:
-        known = read_json(marker, None)
-    except (OSError, ValueError):
-        known = None
-    known = known if isinstance(known, dict) else {}
-    seen = known.get("signatures") if isinstance(known.get("signatures"), dict) else {}
-    before = set(known.get("fallback") or []) if isinstance(known.get("fallback"), list) else set()
-    signatures, out = {}, []
+    def fallback(key: str) -> bool:
+        try:
+            report = store.read_report(key)
+        except Exception:  # noqa: BLE001 - a damaged report is repaired by the build (downstream_problems)
+            return False
+        return report is not None and report.generator == "extractive-fallback"
+
+    signatures = {}
     for key in keys:
         try:
             st = os.stat(store.paths.reports_dir / f"{key}.json")
         except OSError:
             continue  # missing: written by the build (or repaired)
         signatures[key] = f"{st.st_size}:{st.st_mtime_ns}"
-        if seen.get(key) == signatures[key]:
-            fallback = key in before
-        else:
-            try:
-                report = store.read_report(key)
-            except Exception:  # noqa: BLE001 - a damaged report is repaired by the build (downstream_problems)
-                report = None
-            fallback = report is not None and report.generator == "extractive-fallback"
-        if fallback:
-            out.append(key)
-    state = {"signatures": signatures, "fallback": out}
-    if state != known:
-        write_json(state, marker, compact=True)
-    return out
+    marker = store.paths.state_dir / _FALLBACK_REPORTS
+    return list(_memo_by_signature(marker, "fallback", signatures, fallback))
 
 
 def _say_fallback_reports(store, keys: list[str]) -> None:
@@ -814,15 +806,9 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     corpus_cache = paths.state_dir / "corpus-files.json"
     cached = read_json(corpus_cache, {}) if not (args.recluster or args.switch_method) else {}
+    previous_files = (cached.get("files") if cached.get("corpus") == str(corpus) else None) or {}
     store = Store(paths)
-    plan = plan_sync(
-        corpus,
-        existing,
-        store,
-        method,
-        previous=None,
-        cache=cached.get("files") if cached.get("corpus") == str(corpus) else None,
-    )
+    plan = plan_sync(corpus, existing, store, method, previous=None, cache=previous_files)
     for err in plan.errors.values():
         _say(f"  warning: cannot read {err}")
     if not plan.states and existing and not args.allow_empty:
@@ -843,7 +829,6 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     # the plan's cache is written once, after the runs (with what the processed documents' outputs
     # say then); before them too when many of its entries are new (many files hashed), so that a
     # build stopped half-way does not hash them again (at 50,000 documents a write is 0.4 s)
-    previous_files = (cached.get("files") if cached.get("corpus") == str(corpus) else None) or {}
     cache_changed = plan.cache != previous_files
     # entries whose file was hashed (or whose outputs were read) this time: what a stop would lose
     fresh = sum(1 for k, v in plan.cache.items() if previous_files.get(k) != v)
@@ -1360,10 +1345,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from graphrag_pipeline.graph.export import write_graphml
     from graphrag_pipeline.storage.store import Store
 
-    store = Store.__new__(Store)
-    store.paths = paths
     try:
-        nodes, edges = store.read_graph("resolved_graph")
+        nodes, edges = Store.reader(paths).read_graph("resolved_graph")
     except FileNotFoundError as exc:
         print(f"error: {exc}; run `graphrag-pipeline build` first", file=sys.stderr)
         return 2
@@ -1384,8 +1367,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"error: no home at {home}", file=sys.stderr)
         return 2
     paths = Paths(home)
-    store = Store.__new__(Store)  # a reader: do not create folders in the home
-    store.paths = paths
+    store = Store.reader(paths)
     record = read_home_record(home)
     doc_keys = sorted(
         p.name[: -len(".json")] for p in paths.doc_dir("chunks").glob("*.json") if not p.name.startswith(".")

@@ -378,8 +378,7 @@ def plan_read_only(paths, corpus: Path, method: str) -> tuple[list[str], dict]:
     from graphrag_pipeline.storage.files import read_json
     from graphrag_pipeline.storage.store import Store
 
-    store = Store.__new__(Store)  # a reader: no folder of the home is created
-    store.paths = paths
+    store = Store.reader(paths)
     cached = read_json(paths.state_dir / "corpus-files.json", {}) or {}
     plan = plan_sync(
         corpus, [], store, method, cache=cached.get("files") if cached.get("corpus") == str(corpus) else None

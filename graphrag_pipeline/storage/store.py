@@ -132,6 +132,13 @@ class Store:
     def __init__(self, paths: Paths):
         self.paths = paths.ensure()
 
+    @classmethod
+    def reader(cls, paths: Paths) -> Store:
+        """A store that only reads: no folder of the home is created (read-only homes, mistyped paths)."""
+        store = cls.__new__(cls)
+        store.paths = paths
+        return store
+
     # -- per document -------------------------------------------------------------------------
     def _doc_file(self, asset: str, key: str, suffix: str) -> Path:
         """The file of one document's output; raises InvalidPartitionKey for a key that would put

@@ -16,7 +16,7 @@ import polars as pl
 
 from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
 from graphrag_pipeline.index.duckdb_writer import check_index_file, read_meta
-from graphrag_pipeline.storage.files import DamagedFileError, read_json, verify_parquet
+from graphrag_pipeline.storage.files import DamagedFileError, parquet_problem, read_json, verify_parquet
 
 
 def _graph_files(paths) -> list[Path]:
@@ -36,15 +36,13 @@ _CACHES = ("resolution.json", "report-sources.search_index.parquet", "report-sou
 
 
 def _parquet_problem(path: Path, full: bool) -> str | None:
+    """What is wrong with a Parquet file: read whole (`full`), else its footer (files.parquet_problem)."""
+    if not full:
+        return parquet_problem(path)
     if not path.exists():
         return f"{path} is missing"
     try:
-        if full:
-            pl.read_parquet(path)
-        else:
-            verify_parquet(path)
-    except DamagedFileError as exc:
-        return str(exc)
+        pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError) as exc:
         return f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]})"
     return None
@@ -125,14 +123,7 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
     problems = []
     for key in doc_keys:
         problems.extend(store.document_problems(key, method))
-    for f in _graph_files(paths):
-        if not f.exists():
-            problems.append(f"{f} is missing")
-            continue
-        try:
-            pl.read_parquet(f)
-        except (OSError, pl.exceptions.PolarsError) as exc:
-            problems.append(f"{f} cannot be read ({type(exc).__name__}: {str(exc)[:120]})")
+    problems.extend(problem for f in _graph_files(paths) if (problem := _parquet_problem(f, full=True)))
     problems.extend(problem for _, problem in working_file_problems(paths, full=True))
     for cid in report_ids:
         try:

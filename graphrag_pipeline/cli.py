@@ -627,14 +627,42 @@ def _say_fallback_reports(store, keys: list[str]) -> None:
         )
 
 
-def _say_failed_chunks(store, plan) -> None:
+def _nothing_extracted(store, keys: list[str], failed: dict[str, int]) -> bool:
+    """True when every chunk of every document failed (the model answered nothing usable to any
+    extraction prompt): the graph is empty for want of a working model, not of content."""
+    if not keys or len(failed) < len(keys):
+        return False
+    for key in keys:
+        try:
+            chunks = (store.chunk_info(key) or {}).get("chunks")
+        except (OSError, ValueError):
+            return False
+        if not isinstance(chunks, int) or failed.get(key, 0) < chunks:
+            return False
+    return True
+
+
+def _say_failed_chunks(store, plan) -> bool:
+    """The end-of-build note on failed chunks; False (the build fails) when no chunk at all could be
+    extracted."""
     failed = _failed_chunks(store, plan.order)
-    if failed:
-        _say(
-            f"note: no extraction for {_count(sum(failed.values()), 'chunk')} of {_count(len(failed), 'document')}: "
-            f"the model's answers could not be parsed (e.g. {min(failed)}); "
-            "`graphrag-pipeline build --refresh failed` asks again"
+    if not failed:
+        return True
+    if _nothing_extracted(store, plan.order, failed):
+        print(
+            f"error: no extraction at all: the model's answers to all {_count(sum(failed.values()), 'chunk')} of "
+            f"{_count(len(failed), 'document')} could not be used (empty or unparsable; e.g. {min(failed)}), so the "
+            "graph is empty. Check the model (GRAPHRAG_LLM_MODEL) and the endpoint (OPENAI_BASE_URL), then "
+            "`graphrag-pipeline build --refresh failed`",
+            file=sys.stderr,
         )
+        return False
+    _say(
+        f"note: no extraction for {_count(sum(failed.values()), 'chunk')} of {_count(len(failed), 'document')}: "
+        f"the model's answers could not be parsed (e.g. {min(failed)}); "
+        "`graphrag-pipeline build --refresh failed` asks again"
+    )
+    return True
 
 
 def _settings_problems() -> list[str]:
@@ -985,7 +1013,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     elif cache_changed:
         write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     if method != "fast":
-        _say_failed_chunks(store, plan)
+        ok &= _say_failed_chunks(store, plan)
         _say_fallback_reports(store, instance.get_dynamic_partitions(community_partitions.name))
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s" + _build_cost(args, paths))
     return 0 if ok else 1

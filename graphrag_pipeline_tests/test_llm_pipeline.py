@@ -258,3 +258,26 @@ def test_endpoint_failures_fail_only_the_affected_documents(server, fake, corpus
     darwin_chunks = json.loads((home / "tables" / "chunks" / "darwin_and_wallace.txt.json").read_text())["chunks"]
     curie_chunks = json.loads((home / "tables" / "chunks" / "curie_radioactivity.md.json").read_text())["chunks"]
     assert k["light_extract"] <= curie_chunks < curie_chunks + darwin_chunks
+
+
+def test_a_model_answering_nothing_usable_to_any_extraction_fails_the_build(server, fake, corpus, home, capsys):
+    # an endpoint that answers every extraction prompt with an empty text (a wrong model name behind
+    # a proxy, a broken deployment): not an empty corpus, so the build must not end "finished"
+    for p in list(corpus.iterdir()):
+        if p.name not in ("darwin_and_wallace.txt", "turing_and_bletchley_park.txt"):
+            p.unlink()
+    fake.extract_override = lambda prompt: ""
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    err = capsys.readouterr().err
+    assert code == 1, out
+    assert "error: no extraction at all" in err and "of 2 documents could not be used" in err, err
+    assert "--refresh failed" in err and "build FAILED" in out
+    # said again while nothing changed
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 1 and "error: no extraction at all" in capsys.readouterr().err
+    # the endpoint answers again: the refresh builds the graph, and the build succeeds
+    fake.extract_override = None
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
+    assert code == 0, out
+    assert "no extraction" not in out + capsys.readouterr().err
+    assert cli_json("stats", "--json")["entities"] > 0

@@ -169,9 +169,10 @@ _ESTIMATE_TAGS: dict[str, str] = {}
 
 class _SaidByTheCli(logging.Filter):
     """Dagster's console lines that a build without -v leaves out: a failed step's or run's error
-    with its stack trace (printed for the step, then again for the run) and the steps skipped
-    after it. `_run_job` names each failed step with its error in one line; the trace stays in the
-    run's event log (the Dagster UI) and `build -v` prints it."""
+    with its stack trace (printed for the step, then again for the run; for the run also when a
+    signal stopped it) and the steps skipped after it. `_run_job` names each failed step with its
+    error in one line; the trace stays in the run's event log (the Dagster UI) and `build -v`
+    prints it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         meta = getattr(record, "dagster_meta", None)
@@ -179,6 +180,8 @@ class _SaidByTheCli(logging.Filter):
         kind = getattr(event, "event_type_value", None)
         if kind == "STEP_FAILURE" or (kind == "PIPELINE_FAILURE" and _failed_by_a_step(event)):
             return False
+        if kind == "PIPELINE_FAILURE" and interrupts.requested():
+            return False  # stopped by a signal: the build says so in one line ("build stopped by SIGINT")
         return not (record.levelno >= logging.ERROR and str(record.msg).endswith("Not executing."))
 
 
@@ -724,6 +727,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         from graphrag_pipeline.llm.client import cancel_all_clients
 
         cancel_all_clients()
+        _cancel_own_runs(f"Stopped by {exc}.")
         print(
             f"build stopped by {exc}: what was finished is stored and the published index is unchanged or complete; "
             "run `graphrag-pipeline build` again to continue",
@@ -758,6 +762,19 @@ def cmd_build(args: argparse.Namespace) -> int:
     finally:
         interrupts.uninstall()
         lock.release()
+
+
+def _cancel_own_runs(reason: str) -> None:
+    """The runs this build left in progress when a signal stopped it, marked canceled (best effort:
+    the next build recovers any that is left)."""
+    try:
+        import dagster as dg
+
+        from graphrag_pipeline.defs.instance_ops import cancel_own_runs
+
+        cancel_own_runs(dg.DagsterInstance.get(), reason)
+    except Exception:  # noqa: BLE001 - the stop is said and the exit code given whatever happens here
+        pass
 
 
 def _build(args: argparse.Namespace, paths: Paths) -> int:

@@ -13,6 +13,7 @@ or daemon are stopped by Dagster's own termination.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import signal
@@ -20,11 +21,34 @@ import time
 
 _STATE: dict = {"pipe": None, "received": None, "old_fd": -1, "old_handlers": {}}
 
+# SQLAlchemy (Dagster's SQLite storage) catches an exception raised while it closes a connection and
+# logs it with its stack trace: a Stop landing there is the stop, said by the build, not an error
+_QUIET_LOGGERS = ("sqlalchemy.pool",)
+
 
 class Stop(Exception):
     def __init__(self, signo: int):
         self.signo = signo
         super().__init__(signal.Signals(signo).name)
+
+
+class _WithoutStops(logging.Handler):
+    """Passes its logger's records on to the root logger's handlers, except those whose exception is a Stop."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and isinstance(record.exc_info[1], Stop):
+            return
+        logging.getLogger().handle(record)
+
+
+def _quiet_stops(on: bool) -> None:
+    for name in _QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        for h in [h for h in logger.handlers if isinstance(h, _WithoutStops)]:
+            logger.removeHandler(h)
+        if on:
+            logger.addHandler(_WithoutStops())
+        logger.propagate = not on
 
 
 def _handler(signo, _frame) -> None:
@@ -42,6 +66,7 @@ def install() -> None:
     _STATE.update(pipe=(r, w), received=None)
     _STATE["old_fd"] = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     _STATE["old_handlers"] = {s: signal.signal(s, _handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    _quiet_stops(True)
 
 
 def uninstall() -> None:
@@ -52,6 +77,7 @@ def uninstall() -> None:
         signal.signal(s, h)
     for fd in _STATE["pipe"]:
         os.close(fd)
+    _quiet_stops(False)
     _STATE.update(pipe=None, received=None, old_fd=-1, old_handlers={})
 
 

@@ -84,6 +84,20 @@ def recover_dead_runs(instance: dg.DagsterInstance, *, home_locked: bool = True)
     return messages
 
 
+def cancel_own_runs(instance: dg.DagsterInstance, reason: str) -> list[str]:
+    """Mark canceled the runs of this build process still in progress (a signal can land while
+    Dagster sets a run up or writes its events, outside the handlers that end it), and free their
+    pool slots: the UI does not show them running until the next build recovers them. The run ids."""
+    host, pid = socket.gethostname(), str(os.getpid())
+    done = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS)):
+        if run.tags.get(CLI_TAG) == "build" and run.tags.get(HOST_TAG) == host and run.tags.get(PID_TAG) == pid:
+            instance.report_run_canceled(run, message=reason)
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+            done.append(run.run_id)
+    return done
+
+
 def pool_holders(instance: dg.DagsterInstance, pool: str = LLM_POOL) -> tuple[int, list[str]]:
     """(free slots, run ids holding slots) of a pool; free is -1 when the pool has no limit."""
     storage = instance.event_log_storage

@@ -1254,6 +1254,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if client is not None:
+        client.resume_hint = "ask again once the endpoint works"
         # answers cached by builds are used when the cache can be read; nothing is written to it
         client.cache, problem = open_cache_read_only(paths, "llm")
         if problem:

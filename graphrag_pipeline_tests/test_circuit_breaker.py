@@ -338,3 +338,49 @@ def test_a_refused_key_stops_the_build_with_a_message_about_the_key(home, corpus
         assert code == 1, out
         assert "build stopped: the LLM endpoint refused the API key (HTTP 401: check OPENAI_API_KEY)" in err, err
         assert TEST_API_KEY not in out + err
+
+
+def test_a_long_lived_client_tries_the_endpoint_again_after_its_breaker_opened():
+    """`serve` outlives an outage (found by an exploratory run: one failed global query left every
+    later query at 502 until a restart). With retry_open_after_s set, an open breaker lets one call
+    try the endpoint again after that time: a failure opens it again at once (one request, not
+    breaker x attempts), a success ends the outage."""
+    state = {"down": True}
+
+    def endpoint(_body) -> Reply:
+        return Reply("overloaded", status=503) if state["down"] else Reply("fine")
+
+    with ScriptedLLMServer(endpoint) as server:
+        client = client_for(server, max_retries=0, breaker=2)
+        client.retry_open_after_s = 0.3
+        client.resume_hint = "the server tries the endpoint again after 0.3 s"
+        for _ in range(2):
+            with pytest.raises(LLMError):
+                client.chat(_msg("a"))
+        with pytest.raises(LLMCircuitOpen) as info:
+            client.chat(_msg("b"))
+        assert "the server tries the endpoint again" in str(info.value) and "run the build" not in str(info.value)
+        assert client.circuit_open and server.chat_count == 2
+        time.sleep(0.35)
+        with pytest.raises(LLMCircuitOpen):  # tried once, still down: open again after one request
+            client.chat(_msg("c"))
+        assert server.chat_count == 3 and client.circuit_open
+        state["down"] = False
+        with pytest.raises(LLMCircuitOpen):  # not before the time has passed again
+            client.chat(_msg("d"))
+        assert server.chat_count == 3
+        time.sleep(0.35)
+        assert client.chat(_msg("e")).text == "fine"
+        assert not client.circuit_open and client.consecutive_failures == 0
+        assert [client.chat(_msg(f"f{i}")).text for i in range(3)] == ["fine"] * 3
+
+
+def test_a_build_client_keeps_its_breaker_open():
+    with ScriptedLLMServer(dead) as server:
+        client = client_for(server, max_retries=0, breaker=1)
+        with pytest.raises(LLMError):
+            client.chat(_msg("a"))
+        time.sleep(0.2)
+        with pytest.raises(LLMCircuitOpen):
+            client.chat(_msg("b"))
+        assert server.chat_count == 1

@@ -558,3 +558,33 @@ def test_vectors_of_another_dimension_are_fetched_again_not_kept(llm_server, kv)
     llm_server.script_embeddings(short(1))  # a malformed answer now: retried, not kept
     assert client.embed(["d"]).shape == (1, 16)
     assert [r["input"] for r in llm_server.embedding_requests[before:]] == [["d"], ["d"]]
+
+
+def test_vectors_that_are_not_finite_are_malformed_and_never_kept(llm_server, kv):
+    """An endpoint answering NaN in some vectors (found by an exploratory run): those vectors were
+    cached and published, ranked first in every search (NaN sorts first) and broke `--json`. Such
+    an answer is malformed now (retried), and a NaN vector stored by an older version is fetched
+    again."""
+
+    def with_nan(n: int) -> Reply:
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float("nan") if i == 1 else 0.5] * 16} for i in range(n)
+        ]
+        return Reply(raw_body=json.dumps({"object": "list", "data": data, "model": "m"}))  # NaN as Python writes it
+
+    llm_server.script_embeddings(with_nan(2))
+    client = client_for(llm_server, cache=kv, embedding_model="test-embed")
+    vecs = client.embed(["a", "b"])
+    assert np.isfinite(vecs).all() and vecs.shape == (2, 16)
+    assert [r["input"] for r in llm_server.embedding_requests] == [["a", "b"], ["a", "b"]]  # retried
+    # a NaN vector in the cache (written by an older version) is not used: fetched again
+    from graphrag_pipeline.llm.client import embedding_cache_key
+
+    kv.put_many({embedding_cache_key("test-embed", "c"): [float("nan")] * 16})
+    before = len(llm_server.embedding_requests)
+    assert np.isfinite(client.embed(["c"])).all()
+    assert llm_server.embedding_requests[before:][0]["input"] == ["c"]
+    # an endpoint that keeps answering NaN fails the call (its retries spent), it is never published
+    llm_server.script_embeddings(*[with_nan(2) for _ in range(5)])
+    with pytest.raises(LLMError, match="not finite"):
+        client_for(llm_server, embedding_model="test-embed", max_retries=2).embed(["x", "y"])

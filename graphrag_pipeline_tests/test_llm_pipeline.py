@@ -222,6 +222,37 @@ def test_query_rewrite_and_answers(server, fake, corpus, home, monkeypatch):
     assert any("LOVELACE" in e["name"].upper() for e in res["entities"]), res["entities"]
 
 
+def test_a_global_answer_whose_map_calls_all_failed_is_an_error_not_an_answer(
+    server, fake, corpus, home, monkeypatch, capsys
+):
+    # found by an exploratory run: with every map call failing, global --answer exited 0 with
+    # "The community reports contain nothing that answers this question" (made up: none was read)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
+    original = fake.__call__
+    failing = {"maps": 10**6}
+
+    def maps_fail(body):
+        if classify(body["messages"]) == "global_map" and failing["maps"] > 0:
+            failing["maps"] -= 1
+            return Reply(status=503, text="overloaded")
+        return original(body)
+
+    server.responder = maps_fail
+    code, out = cli("query", "What are the main themes?", "--mode", "global", "--json", "--answer")
+    err = capsys.readouterr().err
+    assert code == 2, out
+    assert "HTTP 503" in err and "nothing that answers" not in out
+    # one map call failing of several: the answer is written from the others, and the failure said
+    failing["maps"] = 1
+    start = len(server.requests)
+    code, out = cli("query", "What are the main themes?", "--mode", "global", "--json", "--answer")
+    assert code == 0, out
+    assert json.loads(out)["answer"].startswith("GLOBAL ANSWER")
+    assert kinds(server, start).get("global_map", 0) >= 2
+
+
 def test_answer_without_llm_explains(home, corpus, capsys):
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0
@@ -281,3 +312,27 @@ def test_a_model_answering_nothing_usable_to_any_extraction_fails_the_build(serv
     assert code == 0, out
     assert "no extraction" not in out + capsys.readouterr().err
     assert cli_json("stats", "--json")["entities"] > 0
+
+
+def test_embedding_calls_are_in_the_ledger_and_the_index_steps_metadata(home, corpus, monkeypatch):
+    # found by an exploratory run: the endpoint saw 10 embedding requests, `stats` counted none
+    from graphrag_pipeline.llm.client import forget_endpoint_health
+
+    forget_endpoint_health()
+    with ScriptedLLMServer() as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("GRAPHRAG_EMBEDDING_MODEL", "test-embed")
+        code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+        assert code == 0, out
+        sent = len(srv.embedding_requests)
+        assert sent > 0 and srv.chat_count == 0
+        stats = cli_json("stats", "--json")
+        assert stats["llm"]["calls"] == sent
+        import dagster as dg
+
+        from graphrag_pipeline.defs.partitions import asset_key
+
+        inst = dg.DagsterInstance.get()
+        mat = inst.get_latest_materialization_event(asset_key("search_index")).asset_materialization
+        assert mat.metadata["llm_calls"].value == sent and mat.metadata["prompt_tokens"].value > 0

@@ -249,6 +249,26 @@ def test_damaged_whole_corpus_outputs_are_repaired_by_the_next_build(built, home
     assert cli_json("query", "Who sailed with Charles Darwin on HMS Beagle?", "--json")["entities"]
 
 
+def test_verify_finds_vectors_that_are_not_numbers_and_a_rebuilt_index_has_none(built, home, corpus):
+    # an older version published NaN vectors from a faulty embedding endpoint (they rank first in
+    # every search): verify says so and how to repair; the index rebuilt has none
+    import duckdb
+
+    index = home / "index" / "search_index.duckdb"
+    con = duckdb.connect(str(index))
+    dim = con.execute("SELECT array_length(embedding) FROM chunks LIMIT 1").fetchall()[0][0]
+    nan = ", ".join(["'NaN'::FLOAT"] * dim)
+    con.execute(f"UPDATE chunks SET embedding = list_value({nan})::FLOAT[{dim}] WHERE rowid < 2")
+    con.close()
+    code, out = cli("verify")
+    assert code == 1 and "vectors that are not numbers" in out and "2 chunks" in out, out
+    index.unlink()
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0 and "repairing:" in out, out
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out
+
+
 def test_the_home_keeps_its_corpus_and_method(built, home, corpus, tmp_path, monkeypatch):
     other = tmp_path / "other"
     shutil.copytree(REPO / "data" / "corpus", other)

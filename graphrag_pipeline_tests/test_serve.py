@@ -297,3 +297,45 @@ def test_serving_from_elasticsearch(es_env, home, corpus):  # noqa: F811 - fixtu
         assert [s["chunk_id"] for s in entity["sources"]] == [s["chunk_id"] for s in sources]
         status, chunk = http("GET", f"{base}/chunks/{sources[0]['chunk_id']}")
         assert status == 200 and chunk["text"] == sources[0]["text"]
+
+
+def test_the_server_outlives_an_llm_outage_and_says_it_in_health(built, monkeypatch):
+    """Found by an exploratory run: one query during an outage opened the LLM client's circuit
+    breaker, and every later query got 502 until a restart, while /health said "ok". Now /health
+    says the model is failing, and a query tries the endpoint again after SERVE_LLM_RETRY_S."""
+    from graphrag_pipeline.serve import app as serve_app
+    from graphrag_pipeline_tests.fake_llm import FakeLLM
+    from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer
+
+    home, _ = built
+    fake = FakeLLM()
+    state = {"down": True}
+
+    def endpoint(body):
+        return Reply(status=503, text="overloaded") if state["down"] else Reply(text=fake(body))
+
+    with ScriptedLLMServer(endpoint) as llm:
+        for k, v in {
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "k",
+            "GRAPHRAG_LLM_MODEL": "fake-model",
+            "GRAPHRAG_LLM_MAX_RETRIES": "0",
+            "GRAPHRAG_LLM_BREAKER": "2",
+        }.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(serve_app, "SERVE_LLM_RETRY_S", 0.5)
+        ask = {"question": "What are the main themes?", "mode": "global", "answer": True}
+        with running(create_app(home)) as base:
+            assert http("GET", f"{base}/health")[1]["llm"] == {"status": "ok"}
+            status, body = http("POST", f"{base}/query", ask)
+            assert status == 502 and "503" in body["detail"]
+            health = http("GET", f"{base}/health")[1]
+            assert health["status"] == "ok" and health["llm"]["status"] == "failing"
+            assert "tries the endpoint again after 0.5 s" in health["llm"]["detail"]
+            seen = llm.chat_count
+            assert http("POST", f"{base}/query", ask)[0] == 502 and llm.chat_count == seen  # not called: open
+            state["down"] = False
+            time.sleep(0.6)
+            status, body = http("POST", f"{base}/query", ask)
+            assert status == 200 and body["answer"].startswith("GLOBAL ANSWER"), body
+            assert http("GET", f"{base}/health")[1]["llm"] == {"status": "ok"}

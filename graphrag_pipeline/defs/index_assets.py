@@ -9,7 +9,7 @@ import polars as pl
 
 # the modules, not their assets: the defs-folder loader registers each asset once, from its own file
 from graphrag_pipeline.defs import document_assets, graph_assets
-from graphrag_pipeline.defs.llm_step import endpoint_down_fails_the_step
+from graphrag_pipeline.defs.llm_step import StepLLM, endpoint_down_fails_the_step, llm_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, md_table
 from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys, missing_inputs_failure, not_materialized
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
@@ -87,13 +87,15 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
 _LEFT_AS_IT_WAS = "the published index was left untouched"
 
 
-def _embedder(settings: PipelineSettings, llm: LLMSettings):
-    client = llm.client(settings.paths) if llm.embedding_model != "hashing" else None
-    if llm.embedding_model != "hashing" and client is None:
+def _embedder(step: str, settings: PipelineSettings, llm: LLMSettings) -> tuple:
+    """The step's embedder, and its StepLLM (whose usage - the embedding calls - the step records)."""
+    used = llm.embedding_model != "hashing"
+    step_llm = StepLLM(step, settings, llm, used=used)
+    if used and step_llm.client is None:
         raise dg.Failure(
             f"GRAPHRAG_EMBEDDING_MODEL={llm.embedding_model} needs an endpoint: set OPENAI_API_KEY or OPENAI_BASE_URL"
         )
-    return EndpointEmbedder(client) if client else HashingEmbedder()
+    return (EndpointEmbedder(step_llm.client) if used else HashingEmbedder()), step_llm
 
 
 @dg.asset(
@@ -120,10 +122,10 @@ def search_index(
 ) -> dg.MaterializeResult:
     started = time.perf_counter()
     store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(context, settings, "search_index")
-    embedder = _embedder(settings, llm)
+    embedder, step = _embedder("search_index", settings, llm)
     inputs_seconds = time.perf_counter() - started
     try:
-        with endpoint_down_fails_the_step(after=_LEFT_AS_IT_WAS):
+        with endpoint_down_fails_the_step(step, after=_LEFT_AS_IT_WAS):
             result = publish_index(
                 settings.paths.index_file,
                 nodes,
@@ -138,7 +140,9 @@ def search_index(
                 sources=sources,
             )
     except IncompleteIndexError as exc:
+        step.record()
         raise _incomplete(str(exc), exc.completeness) from None
+    usage = step.record()
     store.write_report_sources("search_index", sources)
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
@@ -165,6 +169,7 @@ def search_index(
             "path": dg.MetadataValue.path(str(settings.paths.index_file)),
             "size_bytes": result.size,
             "embedding_model": embedder.model_id,
+            **llm_metadata(usage),
             "type_pool": _type_pool_preview(settings.paths.index_file),
         }
     )
@@ -204,14 +209,14 @@ def elasticsearch_index(
     store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(
         context, settings, "elasticsearch_index"
     )
-    embedder = _embedder(settings, llm)
+    embedder, step = _embedder("elasticsearch_index", settings, llm)
     # no n-hop paths here: sync_records computes them where edges changed
     rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources)
     store.write_report_sources("elasticsearch_index", sources)
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:
-        with endpoint_down_fails_the_step(after=_LEFT_AS_IT_WAS):
+        with endpoint_down_fails_the_step(step, after=_LEFT_AS_IT_WAS):
             stats = sync_records(
                 cfg,
                 rows,
@@ -222,7 +227,9 @@ def elasticsearch_index(
                 log=context.log.info,
             )
     except EsIndexError as exc:
+        step.record()
         raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
+    usage = step.record()
     context.log.info(
         f"{stats.path} ({stats.reason}) {stats.index}: {stats.written} written, "
         f"{stats.deleted} deleted, {stats.unchanged} unchanged in {stats.seconds:.1f}s"
@@ -236,5 +243,6 @@ def elasticsearch_index(
             "seconds": round(time.perf_counter() - started, 2),
             "inputs_seconds": round(inputs_seconds, 3),
             "embedding_model": embedder.model_id,
+            **llm_metadata(usage),
         }
     )

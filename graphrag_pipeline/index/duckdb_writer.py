@@ -259,8 +259,24 @@ _TEXTS = {
 }
 
 
+# a vector with a NaN or an infinity (an older version took them from a faulty embedding endpoint):
+# every similarity with it is NaN, which sorts first in SQL
+_NOT_FINITE = "NOT isfinite(list_sum(embedding::FLOAT[]))"
+
+
 def _read_previous_vectors(con) -> dict:
-    return {name: con.sql(sql).pl() for name, sql in _TEXTS.items()}
+    """The published (text, vector) pairs, without vectors that are not finite (embedded again)."""
+    return {name: con.sql(f"SELECT * FROM ({sql}) WHERE NOT {_NOT_FINITE}").pl() for name, sql in _TEXTS.items()}
+
+
+def nonfinite_vectors(con) -> dict[str, int]:
+    """Per vector table, the rows whose vector holds a NaN or an infinity (a full scan: `verify`)."""
+    out = {}
+    for table in VECTOR_TABLES:
+        n = con.execute(f"SELECT count(*) FROM {table} WHERE {_NOT_FINITE}").fetchall()[0][0]
+        if n:
+            out[table] = n
+    return out
 
 
 def _same_embedder(meta: dict, embedder: Embedder) -> bool:

@@ -385,6 +385,12 @@ class LLMClient:
         self._gate_owner: object | None = None  # the call allowed to make requests while not healthy
         self._failures = 0  # calls failed in a row
         self._circuit: LLMCircuitOpen | None = None
+        self._opened_at = 0.0  # time.monotonic() when the breaker opened
+        # None (a build: the breaker stays open, the build stops); a long-lived process (`serve`) sets
+        # seconds after which an open breaker lets one call try the endpoint again
+        self.retry_open_after_s: float | None = None
+        # what the breaker's message tells the user to do once the endpoint works
+        self.resume_hint = "once the endpoint works, run the build again and it resumes where it stopped"
 
     # -- construction / description ----------------------------------------------------------------
     @classmethod
@@ -495,8 +501,24 @@ class LLMClient:
         return type(c)(str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint)
 
     def _check_open(self) -> None:
-        if self._circuit is not None:
-            raise self._circuit_error()
+        c = self._circuit
+        if c is None:
+            return
+        if (
+            self.retry_open_after_s is not None
+            and not isinstance(c, LLMBudgetExceeded)
+            and time.monotonic() - self._opened_at >= self.retry_open_after_s
+        ):
+            # half-open: one call at a time tries the endpoint again; one more failure opens it again
+            with self._cond:
+                if self._circuit is c:
+                    self._circuit = None
+                    self._failures = max(0, self.breaker - 1)
+                    self._healthy = False
+                    self._cond.notify_all()
+                    log.warning("trying the LLM endpoint %s again (its circuit breaker was open)", self._endpoint)
+            return
+        raise self._circuit_error()
 
     def _succeeded(self) -> None:
         with self._cond:
@@ -521,13 +543,13 @@ class LLMClient:
                 self._circuit = LLMCircuitOpen(
                     f"The LLM endpoint {self._endpoint} failed {self._failures} calls in a row, so no further "
                     f"calls are made (circuit breaker GRAPHRAG_LLM_BREAKER={self.breaker}). Last error: {err} "
-                    "-- what was done before is kept: once the endpoint works, run the build again and it "
-                    "resumes where it stopped.",
+                    f"-- what was done before is kept: {self.resume_hint}.",
                     failures=self._failures,
                     last_error=str(err),
                     status=err.status,
                     endpoint=self._endpoint,
                 )
+                self._opened_at = time.monotonic()
                 self._cond.notify_all()
                 log.error("%s", self._circuit)
             opened = self._circuit is not None
@@ -861,7 +883,10 @@ class LLMClient:
                 if isinstance(found.get(key), list) and found[key]:
                     if self.embedding_dim is not None and len(found[key]) != self.embedding_dim:
                         continue  # stored from a malformed answer: fetched again (and replaced)
-                    vectors[text] = np.asarray(found[key], dtype=np.float32)
+                    vector = np.asarray(found[key], dtype=np.float32)
+                    if not np.isfinite(vector).all():
+                        continue  # NaN stored by an older version from a malformed answer: fetched again
+                    vectors[text] = vector
             hits = sum(1 for t in texts if t in vectors)
             if hits:
                 self._count(cache_hits=hits)
@@ -925,6 +950,9 @@ class LLMClient:
                     f"malformed embeddings response (vectors of {matrix.shape[1]} dimensions, "
                     f"{self.embedding_dim} before)"
                 )
+            bad = int((~np.isfinite(matrix).all(axis=1)).sum())
+            if bad:  # NaN or infinity: every score against such a vector is NaN
+                raise _Retryable(f"malformed embeddings response ({bad} of {len(inputs)} vectors not finite)")
             return resp, matrix
 
         resp, matrix = self._with_retries("embedding request", request, model=self.embedding_model)

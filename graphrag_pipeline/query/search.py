@@ -591,7 +591,19 @@ def global_answer(
         for r in reports
     ]
     points = []
-    for report, res in zip(reports, client.chat_many(calls)):
+    answers = client.chat_many(calls)
+    failed = [res for res in answers if isinstance(res, Exception)]
+    if failed and len(failed) == len(answers):
+        # no report was read: "nothing answers this question" would be an answer made up
+        raise failed[0]
+    if failed:
+        log.warning(
+            "%d of %d map calls of the global answer failed (first: %s): the answer is written from the others",
+            len(failed),
+            len(answers),
+            failed[0],
+        )
+    for report, res in zip(reports, answers):
         if isinstance(res, Exception):
             continue
         data = parse_json_reply(res.text)  # an unparsable map answer (None) contributes nothing

@@ -39,6 +39,9 @@ DEFAULT_QUERY_TIMEOUT_S = 30.0
 DEFAULT_MAX_IN_FLIGHT = 32
 MAX_QUESTION_CHARS = 4000
 MAX_NEIGHBOURS = 500
+# after an LLM outage opened the client's circuit breaker, one query tries the endpoint again this
+# many seconds later (a build stops instead; a server lives on)
+SERVE_LLM_RETRY_S = 30.0
 
 
 class QueryRequest(BaseModel):
@@ -132,6 +135,9 @@ def create_app(
     holder = IndexHolder(home, backend)
     if client == "env":
         client = _client_from_env(home)
+    if client is not None and hasattr(client, "max_call_s"):
+        # no retry of a query's LLM call starts after the query timed out (its caller got a 504)
+        client.max_call_s = min(client.max_call_s, query_timeout_s)
     pool = ThreadPoolExecutor(max_workers=max_in_flight + 4, thread_name_prefix="graphrag-serve")
     in_flight = 0
 
@@ -212,6 +218,11 @@ def create_app(
             return JSONResponse({**body, "status": "no_index", "detail": str(exc)}, status_code=503)
         body["index"] = loaded.describe()
         body["reloads"] = holder.reloads
+        if client is not None and getattr(client, "circuit_open", False):
+            # queries needing the model get 502 until it is tried again; the index itself serves
+            body["llm"] = {"status": "failing", "detail": client.circuit_message}
+        elif client is not None:
+            body["llm"] = {"status": "ok"}
         return JSONResponse(body)
 
     @app.post("/query", summary="Search the index; the same JSON as `graphrag-pipeline query --json`")
@@ -301,5 +312,8 @@ def _client_from_env(home: Path):
 
     client = LLMClient.from_env()
     if client is not None:
+        # the server lives on after an outage: an open breaker lets a call try the endpoint again
+        client.retry_open_after_s = SERVE_LLM_RETRY_S
+        client.resume_hint = f"the server tries the endpoint again after {SERVE_LLM_RETRY_S:g} s"
         client.cache, _problem = open_cache_read_only(Paths(home), "llm")
     return client

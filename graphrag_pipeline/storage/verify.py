@@ -14,8 +14,9 @@ from pathlib import Path
 
 import polars as pl
 
+from graphrag_pipeline.index.duckdb_reader import attach_read_only
 from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
-from graphrag_pipeline.index.duckdb_writer import check_index_file, read_meta
+from graphrag_pipeline.index.duckdb_writer import check_index_file, nonfinite_vectors, read_meta
 from graphrag_pipeline.storage.files import DamagedFileError, parquet_problem, read_json, verify_parquet
 
 
@@ -144,4 +145,16 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
         return [f"the search index {paths.index_file} cannot be checked ({type(exc).__name__}: {str(exc)[:160]})"]
     if not verdict.passed:
         problems.append(f"the search index {paths.index_file} does not match the graph: {verdict}")
+    con = attach_read_only(paths.index_file)
+    try:
+        bad = nonfinite_vectors(con)
+    finally:
+        con.close()
+    if bad:
+        problems.append(
+            f"the search index {paths.index_file} has vectors that are not numbers (NaN or infinity, from a faulty "
+            f"embedding endpoint): {', '.join(f'{n} {t}' for t, n in bad.items())}; they rank first in every search. "
+            "Rebuild the index: materialize search_index with config full_rebuild: true in the Dagster UI, or "
+            f"remove {paths.index_file} and run `graphrag-pipeline build`"
+        )
     return problems

@@ -336,3 +336,14 @@ def test_embedding_calls_are_in_the_ledger_and_the_index_steps_metadata(home, co
         inst = dg.DagsterInstance.get()
         mat = inst.get_latest_materialization_event(asset_key("search_index")).asset_materialization
         assert mat.metadata["llm_calls"].value == sent and mat.metadata["prompt_tokens"].value > 0
+
+
+def test_no_answer_is_paid_for_when_nothing_fits_the_context(server, fake, corpus, home, capsys):
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    start = len(server.requests)
+    code, out = cli("query", "Who was Ada Lovelace?", "--mode", "local", "--json", "--answer", "--max-tokens", "0")
+    # nothing fits: an empty result (exit 3), and no answer made up from an empty context
+    assert code == 3 and json.loads(out)["answer"] is None, out
+    assert "local_answer" not in kinds(server, start)
+    assert "no results" in capsys.readouterr().err

@@ -551,12 +551,11 @@ def query(
         p = SearchParams(**{**p.__dict__, "global_topn": max(p.global_topn, p.global_map_topn)})
     search = {"mix": mix_search, "local": local_search, "global": global_search, "naive": naive_search}[mode]
     result = search(index, question, p, client=client)
-    if answer and client is not None:
-        result.answer = (
-            global_answer(client, index, result, question, p)
-            if mode == "global"
-            else local_answer(client, result, question)
-        )
+    if answer and client is not None and mode == "global":
+        result.answer = global_answer(client, index, result, question, p)
+    elif answer and client is not None and result.context.strip():
+        result.answer = local_answer(client, result, question)
+    # nothing retrieved (or no context fits max_tokens): no call is paid for an answer from nothing
     return result
 
 

@@ -169,7 +169,7 @@ def search_index(
             "path": dg.MetadataValue.path(str(settings.paths.index_file)),
             "size_bytes": result.size,
             "embedding_model": embedder.model_id,
-            **llm_metadata(usage),
+            **(llm_metadata(usage) if step.client is not None else {}),
             "type_pool": _type_pool_preview(settings.paths.index_file),
         }
     )
@@ -243,6 +243,6 @@ def elasticsearch_index(
             "seconds": round(time.perf_counter() - started, 2),
             "inputs_seconds": round(inputs_seconds, 3),
             "embedding_model": embedder.model_id,
-            **llm_metadata(usage),
+            **(llm_metadata(usage) if step.client is not None else {}),
         }
     )

@@ -88,3 +88,17 @@ def test_assets_have_owners_and_tags():
         assert node.tags.get("stage"), key
     assert graph.get(dg.AssetKey("doc_subgraph")).tags["llm"] == "extraction"
     assert json.dumps(graph.get(dg.AssetKey("chunks")).metadata["dagster/column_schema"].value.columns[0].name)
+
+
+def test_many_partitions_are_deleted_in_one_statement_and_the_others_kept(tmp_path):
+    import dagster as dg
+
+    from graphrag_pipeline.defs.partitions import change_partitions
+
+    parts = dg.DynamicPartitionsDefinition(name="some_communities")
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as inst:
+        change_partitions(inst, parts, add=[f"c{i}" for i in range(1200)])
+        change_partitions(inst, parts, add=["new"], delete=[f"c{i}" for i in range(1, 1200)] + ["absent"])
+        assert inst.get_dynamic_partitions("some_communities") == ["c0", "new"]
+        change_partitions(inst, parts, delete=["c0"])  # one key: Dagster's own call
+        assert inst.get_dynamic_partitions("some_communities") == ["new"]

@@ -55,8 +55,35 @@ def change_partitions(instance, partitions_def: dg.DynamicPartitionsDefinition, 
     add = list(add)
     if add:
         instance.add_dynamic_partitions(partitions_def.name, add)
+    delete = list(delete)
+    if len(delete) > 1 and _delete_at_once(instance, partitions_def.name, delete):
+        return
     for key in delete:
         instance.delete_dynamic_partition(partitions_def.name, key)
+
+
+def _delete_at_once(instance, name: str, keys: list[str]) -> bool:
+    """Delete many dynamic partitions in one statement of the instance's SQL event log storage
+    (SQLite, Postgres, MySQL: the statement `delete_dynamic_partition` runs once per key, each in its
+    own transaction - 60 retired communities cost 0.6 s). False (nothing done) on any other
+    storage, which deletes them one by one."""
+    storage = instance.event_log_storage
+    try:
+        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+        from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    except ImportError:
+        return False
+    if not isinstance(storage, SqlEventLogStorage) or not storage.has_table("dynamic_partitions"):
+        return False
+    table = DynamicPartitionsTable
+    with storage.index_connection() as conn:
+        for start in range(0, len(keys), 500):  # bounded statements (SQLite's variable limit)
+            conn.execute(
+                table.delete().where(
+                    (table.c.partitions_def_name == name) & table.c.partition.in_(keys[start : start + 500])
+                )
+            )
+    return True
 
 
 def not_materialized(instance, asset: str, keys: list[str]) -> set[str]:

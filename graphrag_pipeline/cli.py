@@ -1408,6 +1408,35 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _elasticsearch_problem(paths: Paths) -> str | None:
+    """With GRAPHRAG_ES_URL set: Elasticsearch behind the graph (the build's own test: a sync left
+    half done, no index, or an input written since its last sync - e.g. builds run without the
+    setting), said as a problem; None when it is in step or not configured."""
+    from graphrag_pipeline.index.es_writer import EsConfig
+    from graphrag_pipeline.urls import redact_url
+
+    cfg = EsConfig.from_env(paths.home)
+    if cfg is None or not paths.index_file.exists():
+        return None
+    where = f"Elasticsearch (alias {cfg.alias} at {redact_url(cfg.url)})"
+    try:
+        import dagster as dg
+
+        dagster_home, _ = resolve_dagster_home(paths)
+        os.environ["DAGSTER_HOME"] = str(dagster_home)  # read only: nothing is written there
+        from graphrag_pipeline.definitions import current_defs
+
+        stale = _elasticsearch_stale(paths, dg.DagsterInstance.get(), current_defs())
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused, no instance: said, not raised
+        return f"{where} cannot be checked: {_plain_error(str(exc))[:200]}"
+    if stale:
+        return (
+            f"{where} is behind the graph (a sync was stopped half way, or the index changed in builds run without "
+            "GRAPHRAG_ES_URL)"
+        )
+    return None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every file of the home (read-only); exit 1 and list the problems when there are any."""
     from graphrag_pipeline.storage.home import read_home_record
@@ -1431,6 +1460,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         report_ids = []
     started = time.perf_counter()
     problems = verify_home(paths, store, doc_keys, record.method if record else "fast", report_ids)
+    if not problems and (es_problem := _elasticsearch_problem(paths)):
+        problems.append(es_problem)
     for p in problems:
         _say(f"problem: {p}")
     _say(

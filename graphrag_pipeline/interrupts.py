@@ -17,7 +17,10 @@ import logging
 import os
 import select
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _STATE: dict = {"pipe": None, "received": None, "old_fd": -1, "old_handlers": {}}
 
@@ -105,3 +108,27 @@ def wait(seconds: float) -> int | None:
         return signo
     select.select([_STATE["pipe"][0]], [], [], max(0.0, seconds))
     return requested()
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT / SIGTERM arriving inside take effect when it ends: for writes that readers see as they
+    land (an Elasticsearch delta), which a stop must not cut in half. The first such signal is
+    raised again once the handlers that were installed (ours, Dagster's or Python's) are back, so a
+    stop still stops; outside the main thread (where handlers cannot be set) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def note(signo, _frame) -> None:
+        got.append(signo)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if got:
+            signal.raise_signal(got[0])

@@ -163,6 +163,62 @@ def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_en
     es.close()
 
 
+def test_a_stopped_or_killed_load_leaves_no_index_behind(es_env, home, corpus, monkeypatch):
+    # found by an exploratory run: Ctrl-C during a first load left the half-loaded index in the
+    # cluster for good (Dagster's interruption is a BaseException; only Exception was cleaned up)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    tables, meta = read_duckdb_tables(home / "index" / "search_index.duckdb")
+    docs = build_documents(tables, meta)
+    es = es_env.client()
+    serving = list(es.indices.get_alias(name=es_env.alias))
+    real_bulk = es_index._bulk
+
+    def stopped_bulk(client, actions):
+        real_bulk(client, list(actions)[:10])
+        raise KeyboardInterrupt  # what a stop raises inside the load
+
+    monkeypatch.setattr(es_index, "_bulk", stopped_bulk)
+    with pytest.raises(KeyboardInterrupt):
+        publish(es_env, docs, meta["embedding_dim"], full_rebuild=True)
+    monkeypatch.setattr(es_index, "_bulk", real_bulk)
+    assert list(es.indices.get(index=f"{es_env.alias}-*")) == serving  # the half-loaded one is gone
+    # a load killed outright (SIGKILL) names its index in a marker: the next sync deletes that index
+    orphan = f"{es_env.alias}-20000101000000-000001"
+    es.indices.create(index=orphan)
+    state = home / "index" / "elasticsearch"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / f"{es_env.alias}.loading.json").write_text(json.dumps({"index": orphan}))
+    (corpus / "darwin_and_wallace.txt").write_text("Alfred Russel Wallace wrote to Charles Darwin from Ternate.\n")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    assert not es.indices.exists(index=orphan)
+    assert list(es.indices.get(index=f"{es_env.alias}-*")) == serving  # the serving index is kept
+    assert not (state / f"{es_env.alias}.loading.json").exists()
+    es.close()
+
+
+def test_verify_finds_elasticsearch_behind_the_graph(es_env, home, corpus, monkeypatch):
+    # found by an exploratory run: a build run without GRAPHRAG_ES_URL left Elasticsearch behind,
+    # and `verify` (with the setting) said "all good"
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out
+    with open(corpus / "darwin_and_wallace.txt", "a", encoding="utf-8") as f:
+        f.write("\nIgnatius Wolstenholme catalogued the beetles of the Beagle voyage in Shrewsbury.\n")
+    monkeypatch.delenv("GRAPHRAG_ES_URL")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    monkeypatch.setenv("GRAPHRAG_ES_URL", es_env.url)
+    code, out = cli("verify")
+    assert code == 1 and "is behind the graph" in out and es_env.alias in out, out
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0 and "Elasticsearch is behind its inputs" in out, out
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out
+
+
 def test_vectors_are_rounded_exactly_as_round_does():
     import math
     import random

@@ -504,3 +504,26 @@ def test_a_step_that_raises_is_said_with_its_own_error(home, corpus, monkeypatch
         assert line.endswith(
             "FAILED resolved_graph: ValueError: the resolution verdicts are unreadable: see /some/file.json"
         )
+
+
+def test_a_signal_inside_deferred_takes_effect_when_it_ends():
+    from graphrag_pipeline import interrupts
+
+    class Stopped(Exception):
+        pass
+
+    def handler(signo, _frame):
+        raise Stopped(signo)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    done = []
+    try:
+        with pytest.raises(Stopped):
+            with interrupts.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # the handler would have run by now
+                done.append("the writes after the signal")
+        assert done == ["the writes after the signal"]
+        assert signal.getsignal(signal.SIGTERM) is handler  # the handler installed before is back
+    finally:
+        signal.signal(signal.SIGTERM, old)

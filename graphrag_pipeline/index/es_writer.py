@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import polars as pl
 
+from graphrag_pipeline import interrupts
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
     HASH,
@@ -387,11 +388,49 @@ def publish(cfg: EsConfig, docs: dict[str, dict], dim: int, *, full_rebuild: boo
         es.close()
 
 
+def _loading_marker(state_dir: Path | None, alias: str) -> Path | None:
+    return Path(state_dir) / f"{alias}.loading.json" if state_dir is not None else None
+
+
+def _remove_abandoned_load(es, state_dir: Path | None, alias: str, current: str | None, say) -> None:
+    """An index a killed process was loading (named by its marker; never the alias's index) is deleted."""
+    marker = _loading_marker(state_dir, alias)
+    if marker is None or not marker.exists():
+        return
+    try:
+        name = json.loads(marker.read_text(encoding="utf-8")).get("index")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    if isinstance(name, str) and name.startswith(f"{alias}-") and name != current:
+        es.options(ignore_status=404).indices.delete(index=name)
+        say(f"Elasticsearch: removed the index {name}, left half-loaded by a build that was stopped")
+    marker.unlink(missing_ok=True)
+
+
+def _unmark(marker: Path | None) -> None:
+    if marker is not None:
+        marker.unlink(missing_ok=True)
+
+
 def _rebuild(
-    es, cfg: EsConfig, docs: Iterable[tuple[str, dict]], n_docs: int, dim: int, current: str | None
+    es,
+    cfg: EsConfig,
+    docs: Iterable[tuple[str, dict]],
+    n_docs: int,
+    dim: int,
+    current: str | None,
+    state_dir: Path | None = None,
 ) -> EsWriteStats:
-    """Load `docs` (n_docs of them) into a new index and move the alias to it in one atomic call."""
+    """Load `docs` (n_docs of them) into a new index and move the alias to it in one atomic call.
+    The new index's name is kept in a marker in `state_dir` while it loads: a process killed then
+    (SIGKILL, power loss) leaves it named, and the next sync deletes it."""
     new_index = f"{cfg.alias}-{time.strftime('%Y%m%d%H%M%S')}-{time.time_ns() % 1_000_000:06d}"
+    marker = _loading_marker(state_dir, cfg.alias)
+    if marker is not None:
+        from graphrag_pipeline.storage.files import write_json
+
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_json({"index": new_index}, marker)
     try:
         es.indices.create(
             index=new_index,
@@ -408,12 +447,17 @@ def _rebuild(
         if current:
             actions.insert(0, {"remove": {"index": current, "alias": cfg.alias}})
         es.indices.update_aliases(actions=actions)  # the atomic switch
-    except Exception as exc:  # noqa: BLE001 - anything before the switch leaves the old index serving
+    except BaseException as exc:  # anything before the switch leaves the old index serving
+        # also a stop (Dagster's interruption is a BaseException): the half-loaded index goes
         try:
             es.options(ignore_status=404).indices.delete(index=new_index)
         except Exception:  # noqa: BLE001 - best effort clean-up; the original error matters
             pass
+        _unmark(marker)
+        if not isinstance(exc, Exception):
+            raise
         raise cfg.error("rebuilding the index", exc) from None
+    _unmark(marker)
     if current:
         try:
             es.options(ignore_status=404).indices.delete(index=current)
@@ -694,6 +738,7 @@ def sync_records(
             current = _current_index(es, cfg.alias)
             problem = _mapping_problem(es, current, dim) if current else "no index yet"
             held = _es_meta(es, current) if current and not problem else {}
+            _remove_abandoned_load(es, state_dir, cfg.alias, current, say)
         except Exception as exc:  # noqa: BLE001 - connection refused, auth, TLS...
             raise cfg.error("reading the alias", exc) from None
         reason = (
@@ -731,7 +776,7 @@ def sync_records(
             if reason:
                 say(f"Elasticsearch: loading a new index ({reason})")
                 docs = itertools.chain(stream_documents(rows, nhop, embedder), [("meta", meta_document(meta))])
-                stats = _rebuild(es, cfg, docs, records.height + 1, dim, current)
+                stats = _rebuild(es, cfg, docs, records.height + 1, dim, current, state_dir)
                 stats.path, stats.reason = "rebuild", reason
             else:
                 say(f"Elasticsearch: no state {held.get('es_state_id')} here; comparing every record's content hash")
@@ -769,15 +814,18 @@ def _delta(es, cfg, index, rows, embedder, records, state, held, meta) -> EsWrit
     entities = changed.filter(pl.col("kind") == "entity")["key"].to_list()
     nhop = nhop_paths(rows.relations, only=entities) if entities else pl.DataFrame(schema=NHOP_SCHEMA)
     try:
-        _mark_in_flux(es, index, held)
-        actions = (
+        # the changed records with their vectors first (embedding calls can be stopped), then written:
+        # readers see each write as it lands, so a stop asked for meanwhile waits for the last one
+        actions = [
             {"_op_type": "index", "_index": index, "_id": i, "_source": d}
             for i, d in stream_documents(rows, nhop, embedder, changed)
-        )
-        deletes = [{"_op_type": "delete", "_index": index, "_id": i} for i in document_ids(gone)]
-        _bulk(es, itertools.chain(actions, deletes))
-        es.index(index=index, id="meta", document=meta_document(meta))
-        es.indices.refresh(index=index)
+        ]
+        actions += [{"_op_type": "delete", "_index": index, "_id": i} for i in document_ids(gone)]
+        with interrupts.deferred():
+            _mark_in_flux(es, index, held)
+            _bulk(es, actions)
+            es.index(index=index, id="meta", document=meta_document(meta))
+            es.indices.refresh(index=index)
     except EsIndexError:
         raise
     except Exception as exc:  # noqa: BLE001

@@ -527,3 +527,26 @@ def test_a_signal_inside_deferred_takes_effect_when_it_ends():
         assert signal.getsignal(signal.SIGTERM) is handler  # the handler installed before is back
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_a_terminated_run_is_not_retried_by_the_step_retry_policy(tmp_path):
+    # found by an exploratory run: terminating a daemon run (in-process executor) raised Dagster's
+    # interruption in the step, whose retry policy retried it (paying its LLM calls again), and the
+    # run finished SUCCESS
+    from graphrag_pipeline.defs.stopping import stoppable
+
+    calls = []
+
+    @dg.asset(retry_policy=dg.RetryPolicy(max_retries=2))
+    @stoppable
+    def interrupted_step() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise dg.DagsterExecutionInterruptedError()
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as inst:
+        result = dg.materialize([interrupted_step], instance=inst, raise_on_error=False)
+    assert not result.success
+    assert calls == [1], "the interrupted step ran again"
+    failure = result.get_step_failure_events()[0].event_specific_data.user_failure_data
+    assert "the run was terminated" in (failure.description or "")

@@ -27,6 +27,15 @@ def _stopped(signo: int) -> dg.Failure:
     )
 
 
+def _terminated() -> dg.Failure:
+    cancel_all_clients()
+    return dg.Failure(
+        description="stopped: the run was terminated (from the UI, the API or the run launcher)",
+        allow_retries=False,
+        metadata={"stopped_by": "run termination"},
+    )
+
+
 def stoppable(fn):
     @functools.wraps(fn)
     def body(*args, **kwargs):
@@ -40,9 +49,14 @@ def stoppable(fn):
             if hasattr(settings, "push_written"):  # a home on object storage: in the bucket before the step is done
                 settings.push_written()
             return result
-        except BaseException:
+        except BaseException as exc:
             if signo := interrupts.requested():
                 raise _stopped(signo) from None
+            if isinstance(exc, (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)):
+                # a run terminated outside a CLI build (the daemon's runs, the UI's): Dagster raises
+                # its interruption in the step, which the step's retry policy would retry (paying
+                # the LLM calls again), finishing the run as if nothing had been asked
+                raise _terminated() from None
             raise
 
     return body

@@ -116,6 +116,25 @@ def test_daily_reconcile_reruns_documents_that_were_never_processed(test_instanc
     assert (requests[0].tags[RANGE_START_TAG], requests[0].tags[RANGE_END_TAG]) == (keys[0], keys[-1])
 
 
+def test_daily_reconcile_leaves_removed_files_to_the_sensor(test_instance, corpus):
+    # found by an exploratory run: evaluating the schedule (also "test schedule" in the UI) removed
+    # a removed file's partition for real and asked for a graph_job the scheduler never launches:
+    # the document stayed in the index, and every tool said all was well
+    tick(test_instance)
+    before = test_instance.get_dynamic_partitions("documents")
+    (corpus / "curie_radioactivity.md").unlink()
+    with dg.build_schedule_context(instance=test_instance, resources={"settings": settings_from_env()}) as ctx:
+        outcome = daily_reconcile(ctx)
+    assert test_instance.get_dynamic_partitions("documents") == before  # nothing removed by an evaluation
+    requests = outcome if isinstance(outcome, list) else []
+    assert all(r.job_name in (None, "documents_job") for r in requests)
+    if not requests:
+        assert "left to corpus_sensor" in outcome.skip_message
+    # the sensor removes it (and the runs it asks for merge without it)
+    tick(test_instance)
+    assert "curie_radioactivity.md" not in test_instance.get_dynamic_partitions("documents")
+
+
 def test_contiguous_batches_respects_order_and_size():
     order = list("abcdefghij")
     assert contiguous_batches(order, ["b", "c", "e", "f", "g", "j"], 2) == [["b", "c"], ["e", "f"], ["g"], ["j"]]

@@ -43,7 +43,7 @@ def _refuse_emptying(plan, existing: list[str], settings: PipelineSettings) -> s
     )
 
 
-def _requests(plan, reason: str, *, whole: bool = False) -> list[dg.RunRequest]:
+def _requests(plan, reason: str, *, whole: bool = False, merge_deletions: bool = True) -> list[dg.RunRequest]:
     """Runs for the plan's documents in contiguous batches. ``whole`` (the sensor): a single batch
     is one `corpus_job` that also merges, resolves and clusters (as the CLI's last batch does);
     several batches each get a `documents_job`, and automation merges once none is in progress."""
@@ -59,7 +59,7 @@ def _requests(plan, reason: str, *, whole: bool = False) -> list[dg.RunRequest]:
         )
         for batch in batches
     ]
-    if plan.to_delete and not requests:
+    if plan.to_delete and merge_deletions and not requests:
         # a deletion produces no new materialization, so ask for the merge directly; publish_sensor does the rest
         requests.append(
             dg.RunRequest(
@@ -112,15 +112,24 @@ def corpus_sensor(context: dg.SensorEvaluationContext, settings: PipelineSetting
     description="Daily reconcile: compares the corpus with what was actually processed and re-runs whatever differs.",
 )
 def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSettings):
+    """Documents whose content differs from what their stored outputs say they processed (a run
+    that failed, a revert the sensor's cursor did not see) are run again. New files get their
+    partitions (the runs need them); removed files are left to corpus_sensor, which removes their
+    partitions and asks for the merge: a schedule launches only its own job (documents_job), and
+    an evaluation from the UI ("test schedule") must not remove documents."""
     instance = context.instance
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     plan = plan_sync(settings.corpus, existing, settings.store(), settings.method, previous=None)
     if refusal := _refuse_emptying(plan, existing, settings):
         return dg.SkipReason(refusal)
-    change_partitions(instance, documents_partitions, plan.to_add, plan.to_delete)
-    requests = _requests(plan, "daily reconcile")
+    if plan.to_add:
+        change_partitions(instance, documents_partitions, plan.to_add)
+    left = f"; {len(plan.to_delete)} removed files are left to corpus_sensor" if plan.to_delete else ""
+    requests = _requests(plan, "daily reconcile", merge_deletions=False)
     if not requests:
-        return dg.SkipReason(f"{len(plan.states)} documents, all up to date")
+        return dg.SkipReason(f"{len(plan.states)} documents, all up to date{left}")
+    if left:
+        context.log.info(left[2:])
     return requests
 
 

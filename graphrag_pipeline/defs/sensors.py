@@ -270,8 +270,3 @@ def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettin
         return dg.SensorResult(run_requests=[request], cursor=json.dumps(pending))
     request = dg.RunRequest(job_name=pipeline_jobs.index_job.name, run_config=IN_PROCESS, tags=tags)
     return dg.SensorResult(run_requests=[request], cursor=json.dumps(pending))
-    index_id = _latest_storage_id(instance, asset_key("search_index"))
-    if index_id is not None and index_id > latest.storage_id:
-        return dg.SensorResult(cursor=json.dumps(done), skip_reason="the index is newer than the communities")
-    request = dg.RunRequest(job_name=pipeline_jobs.index_job.name, run_config=IN_PROCESS, tags=tags)
-    return dg.SensorResult(run_requests=[request], cursor=json.dumps(done))

@@ -1420,21 +1420,39 @@ def _elasticsearch_problem(paths: Paths) -> str | None:
         return None
     where = f"Elasticsearch (alias {cfg.alias} at {redact_url(cfg.url)})"
     try:
+        from graphrag_pipeline.index.es_reader import EsIndex
+
+        with EsIndex(cfg) as remote:
+            meta = dict(remote.meta)
+    except FileNotFoundError:
+        return f"{where} has no index: `graphrag-pipeline build` with GRAPHRAG_ES_URL set loads it"
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused: said, not raised
+        return f"{where} cannot be checked: {_plain_error(str(exc))[:200]}"
+    behind = (
+        f"{where} is behind the graph (a sync was stopped half way, or the index changed in builds run without "
+        "GRAPHRAG_ES_URL)"
+    )
+    if not meta.get("es_state_id"):
+        return behind
+    dagster_home, _ = resolve_dagster_home(paths)
+    if not (dagster_home / "dagster.yaml").exists() and not (dagster_home / "history").is_dir():
+        return None  # no instance here (a scratch copy of a home on object storage): nothing to compare
+    before = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    try:
         import dagster as dg
 
-        dagster_home, _ = resolve_dagster_home(paths)
-        os.environ["DAGSTER_HOME"] = str(dagster_home)  # read only: nothing is written there
         from graphrag_pipeline.definitions import current_defs
 
         stale = _elasticsearch_stale(paths, dg.DagsterInstance.get(), current_defs())
-    except Exception as exc:  # noqa: BLE001 - unreachable, refused, no instance: said, not raised
+    except Exception as exc:  # noqa: BLE001 - said, not raised
         return f"{where} cannot be checked: {_plain_error(str(exc))[:200]}"
-    if stale:
-        return (
-            f"{where} is behind the graph (a sync was stopped half way, or the index changed in builds run without "
-            "GRAPHRAG_ES_URL)"
-        )
-    return None
+    finally:
+        if before is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = before
+    return behind if stale else None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

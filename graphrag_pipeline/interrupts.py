@@ -113,22 +113,42 @@ def wait(seconds: float) -> int | None:
 @contextmanager
 def deferred() -> Iterator[None]:
     """SIGINT / SIGTERM arriving inside take effect when it ends: for writes that readers see as they
-    land (an Elasticsearch delta), which a stop must not cut in half. The first such signal is
-    raised again once the handlers that were installed (ours, Dagster's or Python's) are back, so a
-    stop still stops; outside the main thread (where handlers cannot be set) this does nothing."""
+    land (an Elasticsearch delta, an alias switch), which a stop must not cut in half. The first
+    such signal is raised again once the handlers that were installed (ours, Dagster's or
+    Python's) are back, so a stop still stops; a second one is raised at once (a user who insists
+    is not made to wait). Outside the main thread (where handlers cannot be set) this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    watched = (signal.SIGINT, signal.SIGTERM)
     got: list[int] = []
+    old: dict = {}
+
+    def restore() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # no signal between two handlers' swaps
+        try:
+            for s, handler in old.items():
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+            old.clear()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
 
     def note(signo, _frame) -> None:
         got.append(signo)
+        if len(got) > 1:
+            restore()
+            signal.raise_signal(signo)
 
-    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    try:
+        for s in watched:
+            old[s] = signal.signal(s, note)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
     try:
         yield
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-        if got:
-            signal.raise_signal(got[0])
+        if old:
+            restore()
+            if got:
+                signal.raise_signal(got[0])

@@ -550,3 +550,29 @@ def test_a_terminated_run_is_not_retried_by_the_step_retry_policy(tmp_path):
     assert calls == [1], "the interrupted step ran again"
     failure = result.get_step_failure_events()[0].event_specific_data.user_failure_data
     assert "the run was terminated" in (failure.description or "")
+
+
+def test_a_second_signal_inside_deferred_takes_effect_at_once():
+    from graphrag_pipeline import interrupts
+
+    class Stopped(Exception):
+        pass
+
+    def handler(signo, _frame):
+        raise Stopped(signo)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    done = []
+    try:
+        with pytest.raises(Stopped):
+            with interrupts.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                done.append("after the first")
+                os.kill(os.getpid(), signal.SIGTERM)  # insisting
+                time.sleep(0.05)
+                done.append("after the second")
+        assert done == ["after the first"]
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, old)

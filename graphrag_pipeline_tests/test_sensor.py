@@ -128,6 +128,12 @@ def test_daily_reconcile_leaves_removed_files_to_the_sensor(test_instance, corpu
     assert test_instance.get_dynamic_partitions("documents") == before  # nothing removed by an evaluation
     requests = outcome if isinstance(outcome, list) else []
     assert all(r.job_name in (None, "documents_job") for r in requests)
+    # no range runs the removed document (still a partition) again
+    keys = test_instance.get_dynamic_partitions("documents")
+    gone = keys.index("curie_radioactivity.md")
+    for r in requests:
+        start, end = keys.index(r.tags[RANGE_START_TAG]), keys.index(r.tags[RANGE_END_TAG])
+        assert not start <= gone <= end, (r.tags, gone)
     if not requests:
         assert "left to corpus_sensor" in outcome.skip_message
     # the sensor removes it (and the runs it asks for merge without it)

@@ -124,6 +124,9 @@ def daily_reconcile(context: dg.ScheduleEvaluationContext, settings: PipelineSet
         return dg.SkipReason(refusal)
     if plan.to_add:
         change_partitions(instance, documents_partitions, plan.to_add)
+    # the ranges are cut in the partitions as they are (the removed ones still among them: a range
+    # over one would run it again, as a missing file)
+    plan.order = [*existing, *plan.to_add]
     left = f"; {len(plan.to_delete)} removed files are left to corpus_sensor" if plan.to_delete else ""
     requests = _requests(plan, "daily reconcile", merge_deletions=False)
     if not requests:

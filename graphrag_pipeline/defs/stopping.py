@@ -27,8 +27,22 @@ def _stopped(signo: int) -> dg.Failure:
     )
 
 
+# runs whose termination reached one of their steps: their later steps do not start (the in-process
+# executor does not look for interrupts between steps; Dagster's single SIGINT is spent in one step)
+_TERMINATED_RUNS: set[str] = set()
+
+
+def _current_run_id() -> str | None:
+    try:
+        return dg.OpExecutionContext.get().run_id
+    except Exception:  # noqa: BLE001 - outside a step (a body called directly in a test)
+        return None
+
+
 def _terminated() -> dg.Failure:
     cancel_all_clients()
+    if (run_id := _current_run_id()) is not None:
+        _TERMINATED_RUNS.add(run_id)
     return dg.Failure(
         description="stopped: the run was terminated (from the UI, the API or the run launcher)",
         allow_retries=False,
@@ -41,6 +55,8 @@ def stoppable(fn):
     def body(*args, **kwargs):
         if signo := interrupts.requested():
             raise _stopped(signo)
+        if _TERMINATED_RUNS and _current_run_id() in _TERMINATED_RUNS:
+            raise _terminated()
         try:
             # the step a build's progress display names; what its LLM calls cost is recorded however it ends
             with progress.step(fn.__name__), usage_recorded_on_failure():

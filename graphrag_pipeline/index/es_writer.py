@@ -17,6 +17,7 @@ record's content hash is compared with the cluster's ("sync").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -431,6 +432,15 @@ def _rebuild(
 
         marker.parent.mkdir(parents=True, exist_ok=True)
         write_json({"index": new_index}, marker)
+
+    def clean_up() -> None:
+        """The half-loaded index goes; its marker only once it is gone (else the next sync deletes it)."""
+        try:
+            es.options(ignore_status=404).indices.delete(index=new_index)
+        except Exception:  # noqa: BLE001 - best effort clean-up; the original error matters
+            return
+        _unmark(marker)
+
     try:
         es.indices.create(
             index=new_index,
@@ -443,26 +453,28 @@ def _rebuild(
         count = es.count(index=new_index)["count"]
         if count != n_docs:
             raise RuntimeError(f"new index holds {count} documents, expected {n_docs}")
-        actions = [{"add": {"index": new_index, "alias": cfg.alias}}]
-        if current:
-            actions.insert(0, {"remove": {"index": current, "alias": cfg.alias}})
-        es.indices.update_aliases(actions=actions)  # the atomic switch
     except BaseException as exc:  # anything before the switch leaves the old index serving
-        # also a stop (Dagster's interruption is a BaseException): the half-loaded index goes
-        try:
-            es.options(ignore_status=404).indices.delete(index=new_index)
-        except Exception:  # noqa: BLE001 - best effort clean-up; the original error matters
-            pass
-        _unmark(marker)
+        clean_up()  # also on a stop (Dagster's interruption is a BaseException)
         if not isinstance(exc, Exception):
             raise
         raise cfg.error("rebuilding the index", exc) from None
-    _unmark(marker)
+    actions = [{"add": {"index": new_index, "alias": cfg.alias}}]
     if current:
+        actions.insert(0, {"remove": {"index": current, "alias": cfg.alias}})
+    # a stop during the switch takes effect after it: Elasticsearch may have switched before its
+    # answer came, and the clean-up would then delete the index the alias now names
+    with interrupts.deferred():
         try:
-            es.options(ignore_status=404).indices.delete(index=current)
-        except Exception:  # noqa: BLE001 - an old index left behind is harmless
-            pass
+            es.indices.update_aliases(actions=actions)  # the atomic switch
+        except Exception as exc:  # noqa: BLE001 - refused: the old index still serves
+            clean_up()
+            raise cfg.error("rebuilding the index", exc) from None
+        _unmark(marker)
+        if current:
+            try:
+                es.options(ignore_status=404).indices.delete(index=current)
+            except Exception:  # noqa: BLE001 - an old index left behind is harmless
+                pass
     return EsWriteStats(index=new_index, full_rebuild=True, written=written, previous_index=current)
 
 
@@ -794,6 +806,10 @@ def sync_records(
     return stats
 
 
+# changed records a delta holds with their vectors before writing them (about 20 MB at 1,536 dimensions per 1,000)
+DEFERRED_DELTA_RECORDS = 5_000
+
+
 def _mark_in_flux(es, index: str, held: dict) -> None:
     """The meta record without a state id: until the sync ends, no state file describes the index."""
     es.index(index=index, id="meta", document=meta_document({**held, "es_state_id": None}))
@@ -814,16 +830,21 @@ def _delta(es, cfg, index, rows, embedder, records, state, held, meta) -> EsWrit
     entities = changed.filter(pl.col("kind") == "entity")["key"].to_list()
     nhop = nhop_paths(rows.relations, only=entities) if entities else pl.DataFrame(schema=NHOP_SCHEMA)
     try:
-        # the changed records with their vectors first (embedding calls can be stopped), then written:
-        # readers see each write as it lands, so a stop asked for meanwhile waits for the last one
-        actions = [
+        actions = (
             {"_op_type": "index", "_index": index, "_id": i, "_source": d}
             for i, d in stream_documents(rows, nhop, embedder, changed)
-        ]
-        actions += [{"_op_type": "delete", "_index": index, "_id": i} for i in document_ids(gone)]
-        with interrupts.deferred():
+        )
+        deletes = [{"_op_type": "delete", "_index": index, "_id": i} for i in document_ids(gone)]
+        # up to DEFERRED_DELTA_RECORDS changed records get their vectors first (embedding calls can
+        # be stopped), then are written with a stop deferred to the last write: readers never keep
+        # half a delta. A larger delta streams (its vectors would not fit in memory at once); a stop
+        # then leaves it half written and the meta record without its state: the next sync compares
+        # every record.
+        small = changed.height <= DEFERRED_DELTA_RECORDS
+        writes = [*actions, *deletes] if small else itertools.chain(actions, deletes)
+        with interrupts.deferred() if small else contextlib.nullcontext():
             _mark_in_flux(es, index, held)
-            _bulk(es, actions)
+            _bulk(es, writes)
             es.index(index=index, id="meta", document=meta_document(meta))
             es.indices.refresh(index=index)
     except EsIndexError:

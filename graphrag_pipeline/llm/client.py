@@ -496,8 +496,8 @@ class LLMClient:
         """True once a call was refused because it could pass the build's budget."""
         return isinstance(self._circuit, LLMBudgetExceeded)
 
-    def _circuit_error(self) -> LLMCircuitOpen:
-        c = self._circuit
+    def _circuit_error(self, c: LLMCircuitOpen | None = None) -> LLMCircuitOpen:
+        c = c if c is not None else self._circuit
         return type(c)(str(c), failures=c.failures, last_error=c.last_error, status=c.status, endpoint=self._endpoint)
 
     def _check_open(self) -> None:
@@ -518,7 +518,7 @@ class LLMClient:
                     self._cond.notify_all()
                     log.warning("trying the LLM endpoint %s again (its circuit breaker was open)", self._endpoint)
             return
-        raise self._circuit_error()
+        raise self._circuit_error(c)
 
     def _succeeded(self) -> None:
         with self._cond:
@@ -552,8 +552,8 @@ class LLMClient:
                 self._opened_at = time.monotonic()
                 self._cond.notify_all()
                 log.error("%s", self._circuit)
-            opened = self._circuit is not None
-        return self._circuit_error() if opened else err
+            opened = self._circuit
+        return self._circuit_error(opened) if opened is not None else err
 
     def _enter_gate(self, token: object) -> bool:
         """While the endpoint is not known to work, requests are made by one call at a time: wait

@@ -145,11 +145,17 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
         return [f"the search index {paths.index_file} cannot be checked ({type(exc).__name__}: {str(exc)[:160]})"]
     if not verdict.passed:
         problems.append(f"the search index {paths.index_file} does not match the graph: {verdict}")
-    con = attach_read_only(paths.index_file)
     try:
-        bad = nonfinite_vectors(con)
-    finally:
-        con.close()
+        con = attach_read_only(paths.index_file)
+        try:
+            bad = nonfinite_vectors(con)
+        finally:
+            con.close()
+    except Exception as exc:  # noqa: BLE001 - replaced or damaged meanwhile: said like the check above
+        problems.append(
+            f"the search index {paths.index_file} cannot be checked ({type(exc).__name__}: {str(exc)[:160]})"
+        )
+        return problems
     if bad:
         problems.append(
             f"the search index {paths.index_file} has vectors that are not numbers (NaN or infinity, from a faulty "

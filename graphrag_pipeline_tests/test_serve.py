@@ -4,6 +4,7 @@ create_app in a thread where a test needs other settings)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -139,6 +140,10 @@ def test_bad_requests_get_a_4xx_with_a_message(server):
     assert status == 404 and "chunk-0000" in body["detail"]
     status, body = http("GET", f"{server}/entities/darwin?neighbours=-1")
     assert status == 422
+    # a question over the limit: which field and why, without the whole input said back
+    status, body = http("POST", f"{server}/query", {"question": "q" * 4001})
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "question"]
+    assert "4000" in json.dumps(body) and len(json.dumps(body)) < 1000, body
 
 
 def test_a_too_large_body_gets_413(server):

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -38,6 +40,7 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024
 DEFAULT_QUERY_TIMEOUT_S = 30.0
 DEFAULT_MAX_IN_FLIGHT = 32
 MAX_QUESTION_CHARS = 4000
+ECHO_CHARS = 200  # of an invalid input, said back in a 422
 MAX_NEIGHBOURS = 500
 # after an LLM outage opened the client's circuit breaker, one query tries the endpoint again this
 # many seconds later (a build stops instead; a server lives on)
@@ -155,6 +158,18 @@ def create_app(
         "auth": key is not None,
     }
     app.add_middleware(BodyLimit, limit=max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's 422 (which field, why), without echoing a long input back (a question of 4,001
+        # characters came back whole): inputs are cut to ECHO_CHARS
+        def cut(value):
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            return value if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + f"... ({len(text)} characters)"
+
+        errors = [{**e, "input": cut(e["input"])} if "input" in e else e for e in exc.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
     app.router.add_event_handler("shutdown", lambda: (pool.shutdown(wait=False), holder.close()))
 
     header_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="GRAPHRAG_SERVE_API_KEY")

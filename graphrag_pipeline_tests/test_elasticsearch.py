@@ -132,11 +132,27 @@ def test_edit_writes_only_changed_records_and_delete_removes_them(es_env, home, 
         assert es.entities_by_keys(["郑和"])
 
 
-def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_env, home, corpus, monkeypatch):
+def _built_documents(home, corpus) -> tuple[dict, dict]:
+    """A fast build's index as Elasticsearch documents, and the index's meta."""
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     tables, meta = read_duckdb_tables(home / "index" / "search_index.duckdb")
-    docs = build_documents(tables, meta)
+    return build_documents(tables, meta), meta
+
+
+def _bulk_cut_short(exc: BaseException):
+    """A bulk load that writes 10 actions, then fails with `exc` (a node going away, a stop)."""
+    real_bulk = es_index._bulk
+
+    def bulk(client, actions):
+        real_bulk(client, list(actions)[:10])
+        raise exc
+
+    return bulk
+
+
+def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_env, home, corpus, monkeypatch):
+    docs, meta = _built_documents(home, corpus)
     es = es_env.client()
     before = list(es.indices.get_alias(name=es_env.alias))
     stats = publish(es_env, docs, meta["embedding_dim"], full_rebuild=True)
@@ -144,15 +160,7 @@ def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_en
     assert stats.full_rebuild and after == [stats.index] and after != before
     assert not es.indices.exists(index=before[0])  # the old index was dropped after the switch
 
-    calls = {"n": 0}
-    real_bulk = es_index._bulk
-
-    def failing_bulk(client, actions):
-        calls["n"] += 1
-        real_bulk(client, list(actions)[:10])
-        raise RuntimeError("node went away in the middle of the load")
-
-    monkeypatch.setattr(es_index, "_bulk", failing_bulk)
+    monkeypatch.setattr(es_index, "_bulk", _bulk_cut_short(RuntimeError("node went away in the middle of the load")))
     with pytest.raises(EsIndexError) as err:
         publish(es_env, docs, meta["embedding_dim"], full_rebuild=True)
     assert "node went away" in str(err.value) and es_env.url in str(err.value)
@@ -166,19 +174,11 @@ def test_full_rebuild_swaps_alias_and_a_failed_rebuild_keeps_the_old_index(es_en
 def test_a_stopped_or_killed_load_leaves_no_index_behind(es_env, home, corpus, monkeypatch):
     # found by an exploratory run: Ctrl-C during a first load left the half-loaded index in the
     # cluster for good (Dagster's interruption is a BaseException; only Exception was cleaned up)
-    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
-    assert code == 0, out
-    tables, meta = read_duckdb_tables(home / "index" / "search_index.duckdb")
-    docs = build_documents(tables, meta)
+    docs, meta = _built_documents(home, corpus)
     es = es_env.client()
     serving = list(es.indices.get_alias(name=es_env.alias))
     real_bulk = es_index._bulk
-
-    def stopped_bulk(client, actions):
-        real_bulk(client, list(actions)[:10])
-        raise KeyboardInterrupt  # what a stop raises inside the load
-
-    monkeypatch.setattr(es_index, "_bulk", stopped_bulk)
+    monkeypatch.setattr(es_index, "_bulk", _bulk_cut_short(KeyboardInterrupt()))  # what a stop raises there
     with pytest.raises(KeyboardInterrupt):
         publish(es_env, docs, meta["embedding_dim"], full_rebuild=True)
     monkeypatch.setattr(es_index, "_bulk", real_bulk)

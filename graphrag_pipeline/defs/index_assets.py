@@ -140,7 +140,6 @@ def search_index(
                 sources=sources,
             )
     except IncompleteIndexError as exc:
-        step.record()
         raise _incomplete(str(exc), exc.completeness) from None
     usage = step.record()
     store.write_report_sources("search_index", sources)
@@ -227,7 +226,6 @@ def elasticsearch_index(
                 log=context.log.info,
             )
     except EsIndexError as exc:
-        step.record()
         raise dg.Failure(description=str(exc), metadata={"url": cfg.url, "alias": cfg.alias}) from None
     usage = step.record()
     context.log.info(

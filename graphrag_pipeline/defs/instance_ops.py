@@ -42,6 +42,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _build_runs_in_progress(instance: dg.DagsterInstance):
+    """The runs started by a `build` on this host that are still in progress."""
+    host = socket.gethostname()
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS)):
+        if run.tags.get(CLI_TAG) == "build" and run.tags.get(HOST_TAG) == host:
+            yield run
+
+
 def recover_dead_runs(instance: dg.DagsterInstance, *, home_locked: bool = True) -> list[str]:
     """Mark failed the runs a `build` process left in progress when it died (kill -9, power loss) and
     free the pool slots they hold; free the slots of any run that is no longer in progress.
@@ -55,12 +63,9 @@ def recover_dead_runs(instance: dg.DagsterInstance, *, home_locked: bool = True)
     from graphrag_pipeline.settings import DEFAULT_KB, knowledge_base
 
     messages = []
-    host = socket.gethostname()
     kb = knowledge_base()
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS)):
+    for run in _build_runs_in_progress(instance):
         tags = run.tags
-        if tags.get(CLI_TAG) != "build" or tags.get(HOST_TAG) != host:
-            continue
         pid = int(tags.get(PID_TAG) or 0)
         locked = home_locked and tags.get(KB_TAG, DEFAULT_KB) == kb
         if pid == os.getpid() or (not locked and pid and _alive(pid)):
@@ -88,10 +93,10 @@ def cancel_own_runs(instance: dg.DagsterInstance, reason: str) -> list[str]:
     """Mark canceled the runs of this build process still in progress (a signal can land while
     Dagster sets a run up or writes its events, outside the handlers that end it), and free their
     pool slots: the UI does not show them running until the next build recovers them. The run ids."""
-    host, pid = socket.gethostname(), str(os.getpid())
+    pid = str(os.getpid())
     done = []
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS)):
-        if run.tags.get(CLI_TAG) == "build" and run.tags.get(HOST_TAG) == host and run.tags.get(PID_TAG) == pid:
+    for run in _build_runs_in_progress(instance):
+        if run.tags.get(PID_TAG) == pid:
             instance.report_run_canceled(run, message=reason)
             instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
             done.append(run.run_id)

@@ -15,7 +15,7 @@ log = logging.getLogger("graphrag_pipeline.llm")
 _OPEN_STEPS: ContextVar[list | None] = ContextVar("graphrag_open_llm_steps", default=None)
 
 
-def _run_id() -> str | None:
+def current_run_id() -> str | None:
     """The Dagster run this step belongs to (None outside a step, e.g. an asset called in a test)."""
     import dagster as dg
 
@@ -38,7 +38,7 @@ class StepLLM:
         steps = _OPEN_STEPS.get()
         if steps is not None and self.client is not None:
             steps.append(self)
-        run_id = _run_id() if self.client is not None else None
+        run_id = current_run_id() if self.client is not None else None
         if run_id:
             from graphrag_pipeline.llm import budget
 

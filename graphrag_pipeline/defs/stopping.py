@@ -14,7 +14,7 @@ import signal
 import dagster as dg
 
 from graphrag_pipeline import interrupts, progress
-from graphrag_pipeline.defs.llm_step import usage_recorded_on_failure
+from graphrag_pipeline.defs.llm_step import current_run_id, usage_recorded_on_failure
 from graphrag_pipeline.llm.client import cancel_all_clients
 
 
@@ -32,16 +32,9 @@ def _stopped(signo: int) -> dg.Failure:
 _TERMINATED_RUNS: set[str] = set()
 
 
-def _current_run_id() -> str | None:
-    try:
-        return dg.OpExecutionContext.get().run_id
-    except Exception:  # noqa: BLE001 - outside a step (a body called directly in a test)
-        return None
-
-
 def _terminated() -> dg.Failure:
     cancel_all_clients()
-    if (run_id := _current_run_id()) is not None:
+    if (run_id := current_run_id()) is not None:
         _TERMINATED_RUNS.add(run_id)
     return dg.Failure(
         description="stopped: the run was terminated (from the UI, the API or the run launcher)",
@@ -55,7 +48,7 @@ def stoppable(fn):
     def body(*args, **kwargs):
         if signo := interrupts.requested():
             raise _stopped(signo)
-        if _TERMINATED_RUNS and _current_run_id() in _TERMINATED_RUNS:
+        if _TERMINATED_RUNS and current_run_id() in _TERMINATED_RUNS:
             raise _terminated()
         try:
             # the step a build's progress display names; what its LLM calls cost is recorded however it ends

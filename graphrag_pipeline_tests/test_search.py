@@ -248,3 +248,40 @@ def test_preloaded_type_recall_matches_sql_at_the_rank_cut(index):
         assert mem.nhop(["alice"]) == index.nhop(["alice"])
         assert mem.relations_by_pairs([("alice", "bob")]) == index.relations_by_pairs([("alice", "bob")])
         assert mem.reports_for_entities(["alice", "dave"], 5) == index.reports_for_entities(["alice", "dave"], 5)
+
+
+def test_a_hub_description_is_bounded_not_dropped(tmp_path):
+    # `fast` joins every fragment: a hub's description of thousands of fragments took the whole budget
+    # (the first entity did not fit and none was kept), so local and mix search returned nothing for it
+    from graphrag_pipeline.ingest.tokens import count_tokens
+    from graphrag_pipeline.query.search import DESCRIPTION_MAX_TOKENS, mix_search
+
+    nodes, edges = _graph()
+    fragments = [f"In {1700 + i % 300}, Alice wrote letter number {i} to Bob about the weather." for i in range(3000)]
+    nodes = nodes.with_columns(
+        pl.when(pl.col("key") == "alice")
+        .then(pl.lit("\n".join(fragments)))
+        .otherwise(pl.col("description"))
+        .alias("description")
+    )
+    communities = pl.DataFrame(
+        {"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]}
+    )
+    reports = [CommunityReport("L0-x", 0, "Alice and Bob", "Friends in Oxford", 8.0, "r", [], ["Alice", "Bob"])]
+    chunks = pl.DataFrame(
+        {"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]}
+    )
+    emb = HashingEmbedder()
+    path = tmp_path / "index.duckdb"
+    tables = build_index_tables(nodes, edges, communities, reports, chunks, emb)
+    write_duckdb_index(tables, path, {"embedding_model": emb.model_id, "embedding_dim": emb.dim})
+    assert count_tokens(nodes.filter(pl.col("key") == "alice")["description"][0]) > SearchParams().max_tokens
+    with DuckDBIndex(path) as idx:
+        for search in (local_search, mix_search):
+            res = search(idx, "Alice?", SearchParams(), QueryAnalysis([], ["Alice"]))
+            alice = next(e for e in res.entities if e["name"] == "Alice")
+            assert alice["description"].startswith(fragments[0]) and alice["description"].endswith(" …")
+            assert count_tokens(alice["description"]) <= DESCRIPTION_MAX_TOKENS + 2
+            assert res.relations and res.community_reports[0]["title"] == "Alice and Bob"
+            assert "Alice wrote letter number 0" in res.context and "letter number 2999" not in res.context
+            assert count_tokens(res.context) <= SearchParams().max_tokens

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from graphrag_pipeline.index.protocol import SearchIndex
-from graphrag_pipeline.ingest.tokens import count_tokens, truncate_tokens
+from graphrag_pipeline.ingest.tokens import count_tokens, head_tokens, truncate_tokens
 from graphrag_pipeline.llm.protocol import ChatClient, QueryClient
 
 log = logging.getLogger("graphrag_pipeline.query")
@@ -32,6 +32,11 @@ MODES = ("mix", "local", "global", "naive")
 DEFAULT_MODE = "mix"
 MAX_SOURCES = 5  # chunk references shown per entity or relation
 _SOURCE_LOOKUP = 20  # chunk ids looked up per entity or relation (a hub names thousands)
+# the description of one entity or relation in a result and its context, at most (as an LLM summary
+# of MS GraphRAG is): `fast` joins every fragment, and a hub's description of thousands of fragments
+# (megabytes) took the whole budget, so local and mix search returned nothing for the entities
+# most worth asking about
+DESCRIPTION_MAX_TOKENS = 500
 _CITATION = re.compile(r"\[doc: (.+?)(?:, chunk (\d+))?(?:, pp?\. \d+(?:-\d+)?)?\]")
 
 _TYPE_HINTS = {
@@ -356,6 +361,21 @@ def _entity_reports(index: SearchIndex, recall: _Recall, kept: list[dict], k: in
     return [{**c, "sources": _report_sources(c)} for c in rows]
 
 
+def _bounded(item: dict) -> dict:
+    """`item` with its description cut to DESCRIPTION_MAX_TOKENS tokens (ending in "…" when cut)."""
+    text, _ = head_tokens(item.get("description") or "", DESCRIPTION_MAX_TOKENS)
+    if text == (item.get("description") or ""):
+        return item
+    return {**item, "description": text.rstrip() + " …"}
+
+
+def _graph_budget(recall: _Recall, budget: int) -> tuple[list[dict], list[dict], int]:
+    """The ranked entities and relations that fit in `budget` (descriptions bounded), and what is left."""
+    entities, budget = _fit([_bounded(e) for e in recall.entities], _entity_line, budget)
+    relations, budget = _fit([_bounded(r) for r in recall.relations], _relation_line, budget)
+    return entities, relations, budget
+
+
 def _entity_line(e: dict) -> str:
     return f"{e['name']},{e['type']},{_one_line(e['description'])},{_cites(e)}"
 
@@ -428,9 +448,7 @@ def local_search(
     p = params or SearchParams()
     recall = _graph_recall(index, question, p, analysis, client)
     analysis = recall.analysis
-    budget = p.max_tokens
-    ent_rank, budget = _fit(recall.entities, _entity_line, budget)
-    rel_rank, budget = _fit(recall.relations, _relation_line, budget)
+    ent_rank, rel_rank, budget = _graph_budget(recall, p.max_tokens)
     reports, budget = _fit(_entity_reports(index, recall, ent_rank, p.comm_topn), _report_block, budget)
     result = QueryResult(
         mode="local",
@@ -460,9 +478,7 @@ def mix_search(
         index, question, p, analysis, client, also=[(index.chunks_by_vector, (question_vec, p.chunk_topn))]
     )
     analysis = recall.analysis
-    budget = p.max_tokens
-    ent_rank, budget = _fit(recall.entities, _entity_line, budget)
-    rel_rank, budget = _fit(recall.relations, _relation_line, budget)
+    ent_rank, rel_rank, budget = _graph_budget(recall, p.max_tokens)
 
     weight: dict[tuple[str, str], float] = defaultdict(float)
     for ranked in (ent_rank, rel_rank):

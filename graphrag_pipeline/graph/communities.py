@@ -123,14 +123,15 @@ class _Graph:
     mask: np.ndarray  # nodes that are clustered (largest connected component, or all with an edge)
     src: np.ndarray
     dst: np.ndarray
-    w: np.ndarray  # the clustered edges, src < dst by key order
+    w: np.ndarray  # the clustered edges, src < dst by key order, sorted by (src, dst)
     c: np.ndarray  # hash of each clustered edge's description
     _frame: pl.DataFrame | None = field(default=None, repr=False)
-    _joined: tuple | None = field(default=None, repr=False)  # (previous state, against(previous))
+    _matched: tuple | None = field(default=None, repr=False)  # (previous state, _Matched)
 
     def edge_list(self) -> list[tuple[str, str, float]]:
-        f = self.edge_frame()
-        return list(zip(f["a"].to_list(), f["b"].to_list(), self.w.tolist()))
+        # one str object per key, shared by its edges (no string is decoded per edge)
+        k = np.array(self.keys, dtype=object)
+        return list(zip(k[self.src].tolist(), k[self.dst].tolist(), self.w.tolist()))
 
     def edge_frame(self) -> pl.DataFrame:
         """The clustered edges as a table (a, b, w, c), in the order of the edge arrays."""
@@ -142,68 +143,87 @@ class _Graph:
             )
         return self._frame
 
-    def against(self, previous: CommunityState) -> pl.DataFrame:
-        """The clustered edges (with their row number j) fully joined with the previous state's
-        edges on (a, b); the previous columns get the suffix `_old` where the names meet. Computed
-        once per state (the change detection and the cached items both read it)."""
-        if self._joined is None or self._joined[0] is not previous:
-            prev_edges = previous.edges
-            if "c" not in prev_edges.columns:
-                prev_edges = prev_edges.with_columns(pl.lit(None, pl.UInt64).alias("c"))
-            both = (
-                self.edge_frame()
-                .with_row_index("j")
-                .join(prev_edges, on=["a", "b"], how="full", coalesce=True, suffix="_old")
-            )
-            self._joined = (previous, both)
-        return self._joined[1]
+    def against(self, previous: CommunityState) -> _Matched:
+        """The clustered edges matched with the previous state's edges on (a, b), by node ids and
+        arrays (no join of a million pairs of strings). Computed once per state: the change
+        detection and the cached items both read it."""
+        if self._matched is None or self._matched[0] is not previous:
+            self._matched = (previous, _Matched.of(self, previous.edges))
+        return self._matched[1]
+
+
+@dataclass
+class _Matched:
+    """The previous state's edges in terms of the current graph."""
+
+    old_a: np.ndarray  # per previous edge: its ends as current node ids (-1: a key gone from the graph)
+    old_b: np.ndarray
+    row: np.ndarray  # per current edge: its row in the previous edges (-1: new)
+    seen: np.ndarray  # per previous edge: still among the current edges
+
+    @classmethod
+    def of(cls, g: _Graph, prev_edges: pl.DataFrame) -> _Matched:
+        n = len(g.keys)
+        ids = pl.DataFrame({"k": g.keys, "i": np.arange(n, dtype=np.int64)}, schema={"k": pl.Utf8, "i": pl.Int64})
+
+        def number(col: str) -> np.ndarray:
+            out = prev_edges.select(pl.col(col).alias("k")).join(ids, on="k", how="left", maintain_order="left")
+            return out["i"].fill_null(-1).to_numpy().astype(np.int64)
+
+        old_a, old_b = number("a"), number("b")
+        # the current edges are sorted by (src, dst): one code per pair, found by binary search
+        code = g.src * n + g.dst
+        known = (old_a >= 0) & (old_b >= 0)
+        old_code = np.where(known, old_a * n + old_b, -1)
+        at = np.minimum(np.searchsorted(code, old_code), max(len(code) - 1, 0))
+        seen = known & (code[at] == old_code) if len(code) else np.zeros(len(old_code), dtype=bool)
+        row = np.full(len(code), -1, dtype=np.int64)
+        row[at[seen]] = np.flatnonzero(seen)
+        return cls(old_a, old_b, row, seen)
 
 
 def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) -> _Graph:
-    e = (
-        edges.select(
-            pl.min_horizontal("source_key", "target_key").alias("a"),
-            pl.max_horizontal("source_key", "target_key").alias("b"),
-            pl.when(pl.col("weight") > 0).then(pl.col("weight")).otherwise(1.0).cast(pl.Float64).alias("w"),
-            (pl.col("description").hash(7) if "description" in edges.columns else pl.lit(0, pl.UInt64)).alias("c"),
-        )
-        .filter(pl.col("a") != pl.col("b"))
-        .unique(["a", "b"], keep="last", maintain_order=True)
-    )
+    e = edges.select(
+        "source_key",
+        "target_key",
+        pl.when(pl.col("weight") > 0).then(pl.col("weight")).otherwise(1.0).cast(pl.Float64).alias("w"),
+        (pl.col("description").hash(7) if "description" in edges.columns else pl.lit(0, pl.UInt64)).alias("c"),
+    ).filter(pl.col("source_key") != pl.col("target_key"))  # no self-loops (nor a missing end)
     # every key numbered by its sorted position (polars sorts UTF-8 by bytes: code point order, as
     # Python does); an Enum of the sorted keys turns each edge end into that number without a
     # Python loop over the edges
-    keys = (
-        pl.concat([nodes.select("key"), e.select(pl.col("a").alias("key")), e.select(pl.col("b").alias("key"))])
-        .unique()
-        .sort("key")["key"]
-        .to_list()
-    )
+    ends = [nodes["key"], e["source_key"].unique(), e["target_key"].unique()]
+    keys = pl.concat([x.alias("key").cast(pl.Utf8) for x in ends]).unique().sort().to_list()
     numbered = pl.Enum(keys)
-    src = e["a"].cast(numbered).to_physical().to_numpy().astype(np.int64)
-    dst = e["b"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+    s = e["source_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+    t = e["target_key"].cast(numbered).to_physical().to_numpy().astype(np.int64)
+    src, dst = np.minimum(s, t), np.maximum(s, t)  # ids follow key order: the smaller key first
     w = e["w"].to_numpy().astype(np.float64)
     c = e["c"].to_numpy().astype(np.uint64)
     n = len(keys)
+    # one edge per pair, the last row of the pair (as the table gave it), sorted by (src, dst)
+    code = src * n + dst
+    order = np.argsort(code, kind="stable")
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = code[order][1:] != code[order][:-1]
+    order = order[last]
+    src, dst, w, c = src[order], dst[order], w[order], c[order]
     has_edge = np.zeros(n, dtype=bool)
     has_edge[src] = True
     has_edge[dst] = True
-    if use_lcc and e.height:
+    if use_lcc and len(src):
         adj = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
         count, comp = connected_components(adj, directed=False)
         sizes = np.bincount(comp, minlength=count)
-        smallest_key = np.full(count, -1, dtype=np.int64)  # keys are sorted: the first index is the smallest key
-        for i in range(n - 1, -1, -1):
-            smallest_key[comp[i]] = i
+        smallest_key = np.full(count, n, dtype=np.int64)  # keys are sorted: the first index is the smallest key
+        np.minimum.at(smallest_key, comp, np.arange(n))
         # the largest component; among equals the one whose smallest key sorts last (as before)
-        best = max(range(count), key=lambda c: (sizes[c], smallest_key[c]))
+        best = np.lexsort((smallest_key, sizes))[-1]
         mask = (comp == best) & has_edge
     else:
         mask = has_edge
     keep = mask[src] & mask[dst]
     src, dst, w, c = src[keep], dst[keep], w[keep], c[keep]
-    order = np.lexsort((dst, src))
-    src, dst, w, c = src[order], dst[order], w[order], c[order]
     return _Graph(keys, CSRGraph.from_edges(n, src, dst, w), mask, src, dst, w, c)
 
 
@@ -310,19 +330,33 @@ def _changes(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState) -> 
         out[hit] = True
         return out
 
-    both = g.against(previous)
-    structural = both.filter(
-        pl.col("w").is_null() | pl.col("w_old").is_null() | ((pl.col("w") - pl.col("w_old")).abs() > 1e-9)
-    )
-    moved = mark(structural["a"].to_list() + structural["b"].to_list())
-    was = pl.concat([previous.edges["a"], previous.edges["b"]]).unique()
-    moved |= g.mask & ~mark(was.to_list())
+    def ends(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The nodes at either end of the edges (a, b); -1 (a key gone from the graph) is skipped."""
+        out = np.zeros(n, dtype=bool)
+        both = np.concatenate([a, b])
+        out[both[both >= 0]] = True
+        return out
+
+    m = g.against(previous)
+    prev = previous.edges
+    same = m.row >= 0  # current edges that were there before
+    old = m.row[same]
+    # re-weighted: compared as polars compares (a missing old weight counts as a change)
+    w_old = prev["w"].gather(old)
+    reweighted = ((pl.Series(g.w[same]) - w_old).abs() > 1e-9).fill_null(True).to_numpy()
+    changed = ~same
+    changed[np.flatnonzero(same)[reweighted]] = True
+    moved = ends(g.src[changed], g.dst[changed]) | ends(m.old_a[~m.seen], m.old_b[~m.seen])
+    moved |= g.mask & ~ends(m.old_a, m.old_b)  # new to the clustering
     touched = moved.copy()
     if previous.hash_scheme != HASH_SCHEME or previous.nodes.height == 0:
         touched[:] = True
     else:
-        text = both.filter(pl.col("c").is_null() | pl.col("c_old").is_null() | (pl.col("c") != pl.col("c_old")))
-        touched |= mark(text["a"].to_list() + text["b"].to_list())
+        # edges added or removed are in `moved` already; here the kept edges whose description changed
+        c_old = prev["c"].gather(old) if "c" in prev.columns else pl.Series(values=[None] * len(old), dtype=pl.UInt64)
+        text = (pl.Series(g.c[same]) != c_old).fill_null(True).to_numpy()
+        at = np.flatnonzero(same)[text]
+        touched |= ends(g.src[at], g.dst[at])
         nodes_now = node_hashes.join(previous.nodes, on="key", how="left", suffix="_old")
         touched |= mark(nodes_now.filter(pl.col("c_old").is_null() | (pl.col("c") != pl.col("c_old")))["key"].to_list())
     return moved & g.mask, touched & g.mask
@@ -483,9 +517,35 @@ class _Items:
     def empty(cls, n: int) -> _Items:
         return cls(np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.full(n, -1, np.int64), np.zeros(n, dtype=bool))
 
-    def rows(self, at: np.ndarray) -> list[tuple[int, int, int]]:
+    def take(self, at: np.ndarray) -> _Content:
         at = at[self.t[at] >= 0]
-        return list(zip(self.i[at].tolist(), self.h[at].tolist(), self.t[at].tolist()))
+        return _Content(self.i[at], self.h[at], self.t[at])
+
+
+@dataclass
+class _Content:
+    """A community's content items as arrays: item ids, content hashes, tokens (one entry per item)."""
+
+    i: np.ndarray
+    h: np.ndarray
+    t: np.ndarray
+
+    @classmethod
+    def of(cls, rows: list[tuple[int, int, int]]) -> _Content:
+        i, h, t = zip(*rows) if rows else ((), (), ())
+        return cls(np.array(i, dtype=np.uint64), np.array(h, dtype=np.uint64), np.array(t, dtype=np.int64))
+
+    def __add__(self, other: _Content) -> _Content:
+        return _Content(*(np.concatenate([a, b]) for a, b in ((self.i, other.i), (self.h, other.h), (self.t, other.t))))
+
+    def last(self) -> _Content:
+        """One entry per item, the last one given (as a dict built from the rows keeps)."""
+        ids, first = np.unique(self.i[::-1], return_index=True)
+        at = len(self.i) - 1 - first
+        return _Content(ids, self.h[at], self.t[at])
+
+
+_NO_CONTENT = _Content(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
 
 
 def _node_items(g: _Graph, nodes: pl.DataFrame, wanted: np.ndarray) -> _Items:
@@ -515,14 +575,16 @@ def _cached_edge_items(g: _Graph, previous: CommunityState | None) -> _Items:
         previous is None
         or previous.hash_scheme != HASH_SCHEME
         or not set(EDGE_ITEM_SCHEMA) <= set(previous.edges.columns)
+        or "c" not in previous.edges.columns
     ):
         return out
     # the edges present before and now with the same description hash, whose items were kept
-    got = g.against(previous).filter(
-        pl.col("j").is_not_null() & (pl.col("c") == pl.col("c_old")) & pl.col("i").is_not_null()
-    )
-    j = got["j"].to_numpy().astype(np.int64)
-    out.i[j], out.h[j], out.t[j] = got["i"].to_numpy(), got["h"].to_numpy(), got["t"].to_numpy()
+    m = g.against(previous)
+    j = np.flatnonzero(m.row >= 0)
+    old = previous.edges.select("c", *EDGE_ITEM_SCHEMA)[m.row[j]]
+    got = ((pl.Series(g.c[j]) == old["c"]) & old["i"].is_not_null()).fill_null(False).to_numpy()
+    j, old = j[got], old.filter(pl.Series(got))
+    out.i[j], out.h[j], out.t[j] = old["i"].to_numpy(), old["h"].to_numpy(), old["t"].to_numpy()
     out.have[j] = True
     return out
 
@@ -613,7 +675,7 @@ def _describe(
                 c.level, node_items.i[m], node_items.h[m], edge_items.i[e], edge_items.h[e], g.w[e]
             ),
         }
-        items[c.label] = node_items.rows(m) + edge_items.rows(e)
+        items[c.label] = node_items.take(m) + edge_items.take(e)
     return info, items
 
 
@@ -647,15 +709,19 @@ def _table(clusters: list[_Cluster], info: dict[int, dict], ids: dict[int, str])
 
 def changed_share(basis: list[tuple[int, int, int]], current: list[tuple[int, int, int]]) -> float:
     """Share of a community's context (in estimated tokens) that differs from its basis."""
-    old = {i: (c, t) for i, c, t in basis}
-    new = {i: (c, t) for i, c, t in current}
-    total = max(sum(t for _, t in old.values()), sum(t for _, t in new.values()), 1)
-    changed = 0
-    for item in old.keys() | new.keys():
-        a, b = old.get(item), new.get(item)
-        if a is None or b is None or a[0] != b[0]:
-            changed += max(a[1] if a else 0, b[1] if b else 0)
-    return changed / total
+    return _changed_share(_Content.of(basis), _Content.of(current))
+
+
+def _changed_share(basis: _Content, current: _Content) -> float:
+    """changed_share over arrays: an item added, removed or with other content counts with the
+    larger of its token counts (integer sums: the same share as item by item)."""
+    old, new = basis.last(), current.last()
+    old_total, new_total = int(old.t.sum()), int(new.t.sum())
+    _, a, b = np.intersect1d(old.i, new.i, assume_unique=True, return_indices=True)
+    differs = old.h[a] != new.h[b]
+    changed = (old_total - int(old.t[a].sum())) + (new_total - int(new.t[b].sum()))  # only on one side
+    changed += int(np.maximum(old.t[a], new.t[b])[differs].sum())
+    return changed / max(old_total, new_total, 1)
 
 
 def _assign_ids(
@@ -672,7 +738,7 @@ def _assign_ids(
     fingerprint. Retired ids (reports deleted or lost) are never handed out again."""
     stats = {"kept_ids": 0, "content_refreshed": 0}
     candidates: dict[tuple[int, str], list[tuple[int, str]]] = defaultdict(list)
-    bases: dict[str, list] = defaultdict(list)
+    bases: dict[str, _Content] = {}
     current_ids: set[str] = set()
     if previous is not None and previous.history.height:
         current_ids = set(previous.table["community_id"].to_list())
@@ -688,8 +754,9 @@ def _assign_ids(
             for _, cid in candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])), [])
         }
         if wanted:
-            for cid, item, cont, tok in previous.bases.filter(pl.col("community_id").is_in(list(wanted))).iter_rows():
-                bases[cid].append((item, cont, tok))
+            rows = previous.bases.filter(pl.col("community_id").is_in(list(wanted)))
+            for (cid,), part in rows.partition_by("community_id", as_dict=True, maintain_order=True).items():
+                bases[cid] = _Content(part["item"].to_numpy(), part["content"].to_numpy(), part["tokens"].to_numpy())
     ids: dict[int, str] = {}
     for c in clusters:
         if c.label not in items:
@@ -697,7 +764,7 @@ def _assign_ids(
         fp_id = f"L{c.level}-{info[c.label]['fingerprint']}"
         found = candidates.get((c.level, _members_hash(c.level, info[c.label]["members"])))
         if found:
-            shares = [(changed_share(bases.get(cid, []), items[c.label]), -gen, cid) for gen, cid in found]
+            shares = [(_changed_share(bases.get(cid, _NO_CONTENT), items[c.label]), -gen, cid) for gen, cid in found]
             share, _, best = min(shares)
             if share <= refresh_share or best == fp_id:
                 ids[c.label] = best
@@ -770,30 +837,30 @@ def update_communities(
             state,
             {"communities": 0, "reclustered": True, "recluster_reason": "no edges"},
         )
-    index = {k: i for i, k in enumerate(g.keys)}
-    node_hashes = _node_hashes(nodes)
-    edge_list = g.edge_list()
-    digest = _graph_digest(g, settings)
-    metrics: dict = {}
-
-    reason = None
-    if previous is None or previous.table.height == 0:
-        reason = "first clustering"
-    elif previous.settings != settings:
-        reason = f"clustering settings changed ({previous.settings} -> {settings})"
-    elif full_recluster:
-        reason = "full re-clustering was asked for"
-
-    clusters = None
-    remembered = memo(digest) if (memo and reason in (None, "first clustering")) else None
-    if remembered is not None:
-        clusters = _clusters_from_structure(remembered, index)
-        if clusters is not None:
-            metrics["source"] = "memo (this graph was clustered before)"
-    # the quality guard's fresh Leiden runs beside the frontier update (graspologic's Rust core
-    # releases the GIL: on two cores the update no longer waits for it)
+    # the quality guard's fresh Leiden runs beside everything up to the frontier update (graspologic's
+    # Rust core releases the GIL: on two cores the update no longer waits for it); it starts first
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fresh-leiden") as pool:
+        edge_list = g.edge_list()
         fresh_run = pool.submit(gn.leiden, edge_list, seed=seed)
+        index = {k: i for i, k in enumerate(g.keys)}
+        node_hashes = _node_hashes(nodes)
+        digest = _graph_digest(g, settings)
+        metrics: dict = {}
+
+        reason = None
+        if previous is None or previous.table.height == 0:
+            reason = "first clustering"
+        elif previous.settings != settings:
+            reason = f"clustering settings changed ({previous.settings} -> {settings})"
+        elif full_recluster:
+            reason = "full re-clustering was asked for"
+
+        clusters = None
+        remembered = memo(digest) if (memo and reason in (None, "first clustering")) else None
+        if remembered is not None:
+            clusters = _clusters_from_structure(remembered, index)
+            if clusters is not None:
+                metrics["source"] = "memo (this graph was clustered before)"
         prev, touched = None, None
         if clusters is None and reason is None:
             prev = _previous_hierarchy(previous.table, g)
@@ -817,7 +884,8 @@ def update_communities(
     if clusters is None:
         clusters, _ = _fresh_hierarchy(edge_list, index, max_cluster_size=max_cluster_size, seed=seed)
         metrics["source"] = "fresh Leiden"
-    kept_quality = _top_modularity(g, clusters)
+    if prev is None:  # else the kept partition was scored above
+        kept_quality = _top_modularity(g, clusters)
 
     # a community that kept its label, its members and the text of its members and edges keeps its
     # id, fingerprint and basis without being looked at again
@@ -887,13 +955,14 @@ def _next_state(
     id_of = dict(zip(df["cluster"].to_list(), df["community_id"].to_list()))
     old_bases = previous.bases if previous else pl.DataFrame(schema=BASIS_SCHEMA)
     known = set(old_bases["community_id"].unique().to_list())
-    fresh_rows = []
+    fresh_ids, fresh = [], []
     history_rows = []
     for c in clusters:
         cid = id_of[c.label]
         history_rows.append((cid, c.level, _members_hash(c.level, info[c.label]["members"]), generation))
         if cid not in known and c.label in items:
-            fresh_rows.extend((cid, i, cont, tok) for i, cont, tok in items[c.label])
+            fresh_ids.append(cid)
+            fresh.append(items[c.label])
             known.add(cid)
     history = pl.DataFrame(history_rows, schema=HISTORY_SCHEMA, orient="row")
     retired = set(retired)
@@ -908,7 +977,7 @@ def _next_state(
     bases = pl.concat(
         [
             old_bases.filter(pl.col("community_id").is_in(live)),
-            pl.DataFrame(fresh_rows, schema=BASIS_SCHEMA, orient="row"),
+            _basis_frame(fresh_ids, fresh),
         ]
     )
     have = pl.Series(edge_items.have)
@@ -917,6 +986,21 @@ def _next_state(
     ).with_columns(pl.when(have).then(pl.all()))  # null where not computed
     edge_state = pl.concat([g.edge_frame(), known], how="horizontal")
     return CommunityState(df, edge_state, bases, history, generation, settings, retired, node_hashes)
+
+
+def _basis_frame(ids: list[str], contents: list[_Content]) -> pl.DataFrame:
+    """The basis rows (community id, item, content, tokens) of the communities `ids`."""
+    counts = np.array([len(x.i) for x in contents], dtype=np.int64)
+    every = [_NO_CONTENT, *contents]
+    return pl.DataFrame(
+        {
+            "community_id": pl.Series(ids, dtype=pl.Utf8).gather(np.repeat(np.arange(len(ids)), counts)),
+            "item": np.concatenate([x.i for x in every]),
+            "content": np.concatenate([x.h for x in every]),
+            "tokens": np.concatenate([x.t for x in every]),
+        },
+        schema=BASIS_SCHEMA,
+    )
 
 
 def detect_communities(

@@ -31,6 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 _EPS = 1e-12
 # a follower moves only when its neighbours' moves make the new community better by more than this
@@ -47,10 +49,21 @@ class CSRGraph:
     indptr: np.ndarray
     indices: np.ndarray
     weights: np.ndarray
+    _rows: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # the degrees within the last mask that covered most of the graph (the top level and the
+    # modularity of two partitions of it ask for the same ones); read-only
+    _whole: tuple[bytes, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n(self) -> int:
         return len(self.indptr) - 1
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The row (source node) of every entry, computed once."""
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(self.n), np.diff(self.indptr))
+        return self._rows
 
     @classmethod
     def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> CSRGraph:
@@ -58,33 +71,43 @@ class CSRGraph:
         a = np.concatenate([src, dst]).astype(np.int64)
         b = np.concatenate([dst, src]).astype(np.int64)
         ww = np.concatenate([w, w]).astype(np.float64)
-        order = np.lexsort((b, a))
+        # sorted by (a, b) as np.lexsort((b, a)) would (a stable sort of one code is 3x faster)
+        order = np.argsort(a * max(n, 1) + b, kind="stable")
         a, b, ww = a[order], b[order], ww[order]
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(a, minlength=n), out=indptr[1:])
-        return cls(indptr, b, ww)
+        return cls(indptr, b, ww, a)
 
     def neighbours(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         s, e = self.indptr[i], self.indptr[i + 1]
         return self.indices[s:e], self.weights[s:e]
 
+    def entries(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(owner, at): the positions `at` of every entry of the rows of `nodes`, in row order, and
+        the node each belongs to."""
+        starts = self.indptr[nodes]
+        lens = self.indptr[nodes + 1] - starts
+        total = int(lens.sum())
+        at = np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
+        return np.repeat(nodes, lens), at
+
     def degrees(self, mask: np.ndarray) -> np.ndarray:
         """Weighted degree of every node counting only edges between nodes of `mask` (0 outside it).
 
         Only the rows of `mask`'s nodes are read: the hierarchy re-splits small communities of a
-        graph with a million edges, and each split asks for the degrees within its members."""
+        graph with a million edges, and each split asks for the degrees within its members.
+        Read-only: for a mask covering most of the graph the same cached array is returned again."""
         nodes = np.flatnonzero(mask)
         if len(nodes) * 8 > self.n:  # most of the graph: one pass over every entry is cheaper
-            inside = mask[self.indices]
-            row = np.repeat(np.arange(self.n), np.diff(self.indptr))
-            k = np.bincount(row[inside], weights=self.weights[inside], minlength=self.n)
-            return np.where(mask, k, 0.0)
-        starts = self.indptr[nodes]
-        lens = self.indptr[nodes + 1] - starts
-        total = int(lens.sum())
-        # the positions of every entry of those rows, in row order
-        at = np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
-        owner = np.repeat(nodes, lens)
+            key = np.asarray(mask, dtype=bool).tobytes()
+            if self._whole is None or self._whole[0] != key:
+                inside = mask[self.indices]
+                k = np.bincount(self.rows[inside], weights=self.weights[inside], minlength=self.n)
+                k = np.where(mask, k, 0.0)
+                k.flags.writeable = False
+                self._whole = (key, k)
+            return self._whole[1]
+        owner, at = self.entries(nodes)
         inside = mask[self.indices[at]]
         k = np.bincount(owner[inside], weights=self.weights[at][inside], minlength=self.n)
         return np.where(mask, k, 0.0)
@@ -247,25 +270,20 @@ def _split_disconnected(graph, mask, labels, members, result) -> bool:
 
 
 def _components(graph, mask, labels, nodes: set[int], c: int) -> list[set[int]]:
-    seen: set[int] = set()
-    pieces = []
-    for start in sorted(nodes):
-        if start in seen:
-            continue
-        piece = {start}
-        queue = deque([start])
-        seen.add(start)
-        while queue:
-            i = queue.popleft()
-            nbrs, _ = graph.neighbours(i)
-            for j in nbrs[mask[nbrs] & (labels[nbrs] == c)]:
-                j = int(j)
-                if j not in seen:
-                    seen.add(j)
-                    piece.add(j)
-                    queue.append(j)
-        pieces.append(piece)
-    return pieces
+    """The connected pieces of community `c` (its edges between members only), found by scipy
+    over the members' rows at once rather than node by node."""
+    members = np.array(sorted(nodes), dtype=np.int64)
+    owner, at = graph.entries(members)
+    nbrs = graph.indices[at]
+    inside = mask[nbrs] & (labels[nbrs] == c)
+    # members are sorted: a neighbour's place among them by binary search
+    a = np.searchsorted(members, owner[inside])
+    b = np.searchsorted(members, nbrs[inside])
+    size = len(members)
+    count, piece = connected_components(coo_matrix((np.ones(len(a)), (a, b)), shape=(size, size)), directed=False)
+    order = np.argsort(piece, kind="stable")
+    bounds = np.cumsum(np.bincount(piece, minlength=count))[:-1]
+    return [set(p.tolist()) for p in np.split(members[order], bounds)]
 
 
 def _merge_communities(graph, mask, labels, k, two_m, sigma, members, result, first_new: int) -> bool:
@@ -321,7 +339,7 @@ def modularity(graph: CSRGraph, mask: np.ndarray, labels: np.ndarray) -> float:
     two_m = float(k.sum())
     if two_m <= 0:
         return 0.0
-    row = np.repeat(np.arange(graph.n), np.diff(graph.indptr))
+    row = graph.rows
     inside = mask[row] & mask[graph.indices] & (labels[row] == labels[graph.indices])
     internal = float(graph.weights[inside].sum())
     idx = np.flatnonzero(mask)

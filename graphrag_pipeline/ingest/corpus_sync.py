@@ -18,7 +18,7 @@ RANGE_END_TAG = "dagster/asset_partition_range_end"
 DEFAULT_BATCH = 500
 
 
-@dataclass
+@dataclass(slots=True)  # one per corpus file
 class FileState:
     hash: str
     size: int
@@ -85,15 +85,17 @@ def scan_states(
     files = {f.key: f for f in scan_corpus(corpus)}
     states: dict[str, FileState] = {}
     errors: dict[str, str] = {}
+    known = known or {}
+    stat = os.stat
     for key, f in files.items():
         try:
-            st = os.stat(f.fspath or f.path)
-            stamp = file_stamp(st)
-            prev = (known or {}).get(key)
-            if prev and len(prev) == 3 and prev[1] == st.st_size and prev[2] == stamp:
-                states[key] = FileState(prev[0], st.st_size, stamp)
+            st = stat(f.fspath or f.path)
+            size, stamp = st.st_size, file_stamp(st)
+            prev = known.get(key)
+            if prev and len(prev) == 3 and prev[1] == size and prev[2] == stamp:
+                states[key] = FileState(prev[0], size, stamp)
             else:
-                states[key] = FileState(file_hash(f.path), st.st_size, stamp)
+                states[key] = FileState(file_hash(f.path), size, stamp)
         except OSError as exc:
             errors[key] = f"{f.relpath}: {exc.strerror or exc}"
     return files, states, errors
@@ -117,9 +119,9 @@ OUTPUT_FILES = {asset: (".json", *tables) for asset, tables in DOC_TABLES.items(
 
 
 def _output_signature(store: Store, keys: list[str], method: str) -> dict[str, str]:
-    outputs = store.signatures("chunks", keys, OUTPUT_FILES["chunks"])
-    subgraphs = store.signatures("doc_subgraph", keys, OUTPUT_FILES["doc_subgraph"])
-    return {k: f"{outputs[k]}|{subgraphs[k]}|{method}" for k in keys}
+    """Per document, "<chunks' signatures>|<doc_subgraph's signatures>|<method>" (Store.signatures)."""
+    outputs = [("chunks", OUTPUT_FILES["chunks"]), ("doc_subgraph", OUTPUT_FILES["doc_subgraph"])]
+    return store.joint_signatures(keys, outputs, f"|{method}")
 
 
 def refresh_cache(plan: SyncPlan, store: Store, method: str) -> dict[str, list]:
@@ -157,10 +159,11 @@ def plan_sync(
     to_delete = [k for k in existing if k not in files]
     stale = []
     new_cache: dict[str, list] = {}
-    unseen = [k for k in states if not (previous or {}).get(k)]  # judged by their stored outputs
+    previous = previous or {}
+    unseen = [k for k in states if not previous.get(k)]  # judged by their stored outputs
     signatures = _output_signature(store, unseen, method)
     for key, state in states.items():
-        prev = (previous or {}).get(key)
+        prev = previous.get(key)
         if prev:
             before = prev[0]
         else:

@@ -39,11 +39,28 @@ DEFAULT_MAX_BYTES = setting_default("GRAPHRAG_MAX_DOCUMENT_BYTES")
 _SAFE = re.compile(r"[^\w.\-]", re.UNICODE)
 
 
+class _LazyPath:
+    """CorpusFile.path, made from `fspath` when first read if it was given as None: a corpus is
+    listed on every build, and a Path per file would cost more than the rest of the listing."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            raise AttributeError("path")  # no default: the field stays required
+        path = obj._path
+        if path is None and obj.fspath:
+            path = Path(obj.fspath)
+            object.__setattr__(obj, "_path", path)  # frozen, but this is the same value
+        return path
+
+    def __set__(self, obj, value):
+        object.__setattr__(obj, "_path", value)
+
+
 @dataclass(frozen=True)
 class CorpusFile:
     key: str  # partition key
     relpath: str  # path relative to the corpus, with "/" separators, as text for display (always valid UTF-8)
-    path: Path  # the real path (an undecodable name keeps its bytes here)
+    path: Path = _LazyPath()  # the real path (an undecodable name keeps its bytes here)
     # the same path as a string, when known: a corpus is stat-ed on every build, and a pathlib path
     # formats itself anew for each system call
     fspath: str = field(default="", compare=False, repr=False)
@@ -148,9 +165,12 @@ def corpus_keys(relpaths: Iterable[str]) -> dict[str, str]:
     (as an undecodable name does). So every key a name had before stays, and a name's key changes
     only while a twin spelled differently sits beside it."""
     relpaths = list(dict.fromkeys(relpaths))
+    first = {rel: partition_key(rel) for rel in relpaths}
+    if len(set(first.values())) == len(first):  # no twins (nearly every corpus): no list per key
+        return first
     groups: dict[str, list[str]] = {}
     for rel in relpaths:
-        groups.setdefault(partition_key(rel), []).append(rel)
+        groups.setdefault(first[rel], []).append(rel)
     keys: dict[str, str] = {}
     taken = set(groups)
     for key, members in groups.items():
@@ -212,7 +232,9 @@ def _supported_files(root: str) -> list[str]:
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 if entry.is_dir(follow_symlinks=False):
                     todo.append(rel)
-                elif os.path.splitext(name)[1].lower() in SUPPORTED_SUFFIXES and _is_file(entry):
+                    continue
+                dot = name.rfind(".")  # os.path.splitext's suffix of a name not starting with "."
+                if dot > 0 and name[dot:].lower() in SUPPORTED_SUFFIXES and _is_file(entry):
                     found.append(rel)
     return found
 
@@ -231,15 +253,12 @@ def scan_corpus(corpus: Path) -> list[CorpusFile]:
     # the raw bytes of the relative path break ties of equal display paths, as those of the full
     # path would (every path starts with the corpus); ASCII paths are their own display path and
     # bytes, in the same order
+    prefix = os.path.join(root, "")  # + rel: os.path.join(root, rel), rel being relative
     if all(rel.isascii() for rel in found):
-        order = sorted(found)
-    else:
-        order = sorted(found, key=lambda rel: (display_path(rel), _raw_bytes(rel)))
-    out = []
-    for rel in order:
-        full = os.path.join(root, rel)
-        out.append(CorpusFile(keys[rel], display_path(rel), Path(full), full))
-    return out
+        # the path (made when first read, see _LazyPath) as a string only: a corpus is listed on every build
+        return [CorpusFile(keys[rel], rel, None, prefix + rel) for rel in sorted(found)]
+    order = sorted(found, key=lambda rel: (display_path(rel), _raw_bytes(rel)))
+    return [CorpusFile(keys[rel], display_path(rel), None, prefix + rel) for rel in order]
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]+")

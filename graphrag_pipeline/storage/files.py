@@ -468,22 +468,43 @@ def clean_temp_files(home: Path) -> list[Path]:
     home = Path(home)
     if not home.is_dir():
         return removed
-    for folder, dirs, files in os.walk(home):
-        for name in [d for d in dirs if is_temp_file_name(d)]:  # e.g. DuckDB's spill folder
-            dirs.remove(name)
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-            if not os.path.exists(os.path.join(folder, name)):
-                removed.append(Path(folder) / name)
-        for name in files:
-            if is_temp_file_name(name):
-                path = Path(folder) / name
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    continue
-                except OSError:
-                    continue  # cannot remove it now (permissions): try again next time
-                removed.append(path)
+    # what os.walk(home) visits, with a name checked before anything else: the home holds a few files
+    # per document, and only a hidden name can be a temporary file
+    todo = [os.fspath(home)]
+    while todo:
+        folder = todo.pop()
+        temps: list[tuple[str, bool]] = []
+        folders: list[str] = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith(".") and is_temp_file_name(name):
+                        try:
+                            temps.append((name, entry.is_dir()))
+                        except OSError:
+                            temps.append((name, False))  # as os.walk: not a folder
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):  # os.walk descends into no symlink
+                            folders.append(entry.path)
+                    except OSError:
+                        pass
+        except OSError:
+            continue  # a folder that cannot be listed (whole) is passed over, as os.walk does
+        todo.extend(folders)
+        for name, is_dir in temps:
+            path = os.path.join(folder, name)
+            if is_dir:  # e.g. DuckDB's spill folder
+                shutil.rmtree(path, ignore_errors=True)
+                if not os.path.exists(path):
+                    removed.append(Path(path))
+                continue
+            try:
+                os.unlink(path)
+            except OSError:
+                continue  # gone already, or cannot remove it now (permissions): try again next time
+            removed.append(Path(path))
     return sorted(removed)
 
 

@@ -287,21 +287,35 @@ class Store:
     def signatures(self, asset: str, keys: list[str], suffixes: tuple[str, ...]) -> dict[str, str]:
         """Per document, a signature of its output files of `asset` (size and modification time): a
         rewrite changes it."""
-        folder = os.fspath(self.paths.doc_dir(asset)) + os.sep  # plain strings: this runs for every document
+        return self.joint_signatures(keys, [(asset, suffixes)])
+
+    def joint_signatures(
+        self, keys: list[str], outputs: list[tuple[str, tuple[str, ...]]], tail: str = ""
+    ) -> dict[str, str]:
+        """Per document, its `signatures` of each (asset, suffixes) of `outputs` joined by "|", then
+        `tail`: what joining the results of one `signatures` call per asset gives, in one pass."""
+        # plain strings: this runs for every document
+        folders = [(os.fspath(self.paths.doc_dir(asset)) + os.sep, suffixes) for asset, suffixes in outputs]
+        invalid = "|".join("invalid" for _ in outputs) + tail
         stat = os.stat
         out = {}
         for key in keys:
             if partition_key_problem(key) is not None:
-                out[key] = "invalid"
+                out[key] = invalid
                 continue
             parts = []
-            for suffix in suffixes:
-                try:
-                    st = stat(folder + key + suffix)
-                    parts.append(f"{st.st_size}:{st.st_mtime_ns}")
-                except FileNotFoundError:
-                    parts.append("missing")
-            out[key] = "/".join(parts)
+            for folder, suffixes in folders:
+                base = folder + key
+                sig = []
+                for suffix in suffixes:
+                    try:
+                        st = stat(base + suffix)
+                    except FileNotFoundError:
+                        sig.append("missing")
+                        continue
+                    sig.append(f"{st.st_size}:{st.st_mtime_ns}")
+                parts.append("/".join(sig))
+            out[key] = "|".join(parts) + tail
         return out
 
     def subgraph_signatures(self, keys: list[str]) -> dict[str, str]:

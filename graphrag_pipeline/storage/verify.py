@@ -10,6 +10,7 @@ the graph and the index are rebuilt, a lost report is written again under a new 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import polars as pl
@@ -49,6 +50,31 @@ def _parquet_problem(path: Path, full: bool) -> str | None:
     return None
 
 
+_TAIL = 1 << 16  # a table's end read ahead: its footer, for nearly every table
+
+
+def _read_ends_ahead(files: list[Path]) -> None:
+    """Ask the system to read the first page and the last `_TAIL` bytes of each file (what a footer
+    check reads) now, all at once: on a cold disk, checking a hundred files one read after the other
+    waits for every read in turn (a quarter of a second at 50,000 documents). Advice only: a file
+    that cannot be opened is left to its check."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_WILLNEED)
+            os.posix_fadvise(fd, max(0, size - _TAIL), 0, os.POSIX_FADV_WILLNEED)  # 0: to the end
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def working_file_problems(paths, *, full: bool = False) -> list[tuple[Path, str]]:
     """(the file whose removal repairs it, the problem) for each damaged working file of the graph
     stages. full: read every table whole (`verify`); else only the files' ends (every build)."""
@@ -67,11 +93,15 @@ def working_file_problems(paths, *, full: bool = False) -> list[tuple[Path, str]
         except (KeyError, TypeError, AttributeError):
             out.append((manifest_path, f"{manifest_path} does not name the tables of its bundle"))
             continue
+        if not full:
+            _read_ends_ahead(files)
         for f in files:
             problem = _parquet_problem(f, full)
             if problem:
                 out.append((manifest_path, problem))
                 break
+    if not full:
+        _read_ends_ahead([graph / name for name in _CACHES if name.endswith(".parquet")])
     for name in _CACHES:
         f = graph / name
         if not f.exists():

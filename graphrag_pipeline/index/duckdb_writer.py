@@ -10,7 +10,9 @@ No process ever holds a write lock on the published file.
    column - vectors are never read for this); n-hop paths are re-computed only around edges
    that were added, removed or re-weighted;
 3. vectors are computed for new or re-worded rows only; a row whose embedded text is unchanged
-   keeps its vector and is updated in place, column by column;
+   keeps its vector (it is deleted and inserted again with it: DuckDB rewrites a whole column of
+   a row group for an UPDATE of a few of its rows, a second per publish at 50,000 documents when
+   the description of a hub entity changed);
 4. the published file is copied beside itself (in a thread, while 1-3 run, and flushed to disk
    there: the checkpoint below then writes only what the patch changed, not the whole copy; a
    publish that ends unchanged or rebuilds whole stops the copy and removes it), the
@@ -378,7 +380,7 @@ def write_duckdb_index(
 @dataclass
 class TableDelta:
     inserted: int = 0  # rows written (new keys, and new versions of re-worded rows)
-    updated: int = 0  # rows changed in place (same key and embedded text: the vector is kept)
+    updated: int = 0  # rows rewritten with their vector kept (same key and embedded text)
     deleted: int = 0  # rows removed (vanished keys, and old versions of re-worded rows)
     unchanged: int = 0
 
@@ -393,7 +395,7 @@ class _TablePlan:
     changed: pl.DataFrame  # keys of changed groups + old_rows, new_rows (null = absent)
     delete_keys: pl.DataFrame  # groups to delete (vanished, or replaced)
     insert_rows: pl.DataFrame  # new rows to insert (without vectors for VECTOR_TABLES)
-    updates: dict[str, pl.DataFrame]  # column -> keys + new value, rows updated in place
+    kept_vectors: pl.DataFrame | None  # (text, embedding) of the insert rows whose text is unchanged
     stats: TableDelta
 
 
@@ -475,45 +477,40 @@ def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None =
     return out.with_columns(pl.col("old_rows").cast(pl.Int64), pl.col("new_rows").cast(pl.Int64))
 
 
-def _old_rows(con, table: str, keys_df: pl.DataFrame) -> pl.DataFrame:
-    """The published rows (content columns, no vector) of these keys."""
+def _old_vectors(con, table: str, keys_df: pl.DataFrame) -> pl.DataFrame:
+    """The published rows of these keys (content columns) with their vectors, those not finite left
+    out (embedded again). The rows are found by their keys first (a scan of the key columns only),
+    then read by row id: a join on the keys read every column of the table, vectors included."""
     keys = _key_cols(table)
     con.register("_k", keys_df.select(keys).to_arrow())
     try:
-        cols = ", ".join(f"t.{c}" for c in COLUMNS[table])
-        return con.sql(f"SELECT {cols} FROM {table} t SEMI JOIN _k USING ({', '.join(keys)})").pl()
+        ids = [
+            r[0]
+            for r in con.execute(f"SELECT t.rowid FROM {table} t SEMI JOIN _k USING ({', '.join(keys)})").fetchall()
+        ]
     finally:
         con.unregister("_k")
+    cols = ", ".join([*COLUMNS[table], "embedding"])
+    return con.sql(
+        f"SELECT {cols} FROM {table} WHERE rowid IN (SELECT unnest(?::BIGINT[])) AND NOT {_NOT_FINITE}", params=[ids]
+    ).pl()
 
 
 def _plan_table(con, table: str, new: pl.DataFrame, old_total: int, only: pl.DataFrame | None = None) -> _TablePlan:
     keys = _key_cols(table)
     changed = _diff_groups(con, table, new, only)
-    updates: dict[str, pl.DataFrame] = {}
     replaced = changed.filter(pl.col("old_rows").is_not_null() & pl.col("new_rows").is_not_null())
+    kept_vectors, kept = None, 0
     if table in VECTOR_TABLES and replaced.height:
-        # one row before and after with the same embedded text: update the differing columns, keep the vector
+        # one row before and after with the same embedded text: written again with its old vector
         single = replaced.filter((pl.col("old_rows") == 1) & (pl.col("new_rows") == 1)).select(keys)
         if single.height:
-            old = _old_rows(con, table, single)
+            old = _old_vectors(con, table, single)
+            old = old.select(*keys, pl.Series("text", embed_texts(table, old), dtype=pl.Utf8), "embedding")
             cur = new.join(single, on=keys, how="semi")
-            old = old.with_columns(pl.Series("_text", embed_texts(table, old)))
-            cur = cur.with_columns(pl.Series("_text", embed_texts(table, cur)))
-            both = cur.join(old, on=keys, how="inner", suffix="_old")
-            same = both.filter(pl.col("_text") == pl.col("_text_old"))
-            for col in [c for c in COLUMNS[table] if c not in keys]:
-                diff = same.filter(pl.col(col).ne_missing(pl.col(f"{col}_old")))
-                if diff.height:
-                    updates[col] = diff.select(*keys, col)
-            if same.height:
-                updates[HASH] = same.select(*keys, HASH)
-            in_place = same.select(keys)
-            replaced = replaced.join(in_place, on=keys, how="anti")
-            changed_in_place = in_place.height
-        else:
-            changed_in_place = 0
-    else:
-        changed_in_place = 0
+            cur = cur.select(*keys, pl.Series("text", embed_texts(table, cur), dtype=pl.Utf8))
+            same = cur.join(old, on=[*keys, "text"], how="inner")
+            kept_vectors, kept = same.select("text", "embedding"), same.height
     gone = changed.filter(pl.col("new_rows").is_null())
     added = changed.filter(pl.col("old_rows").is_null())
     delete_keys = pl.concat([gone.select(keys), replaced.select(keys)])
@@ -522,11 +519,11 @@ def _plan_table(con, table: str, new: pl.DataFrame, old_total: int, only: pl.Dat
         new.join(insert_keys, on=keys, how="semi", maintain_order="left") if insert_keys.height else new.clear()
     )
     n_deleted = int(gone["old_rows"].sum() or 0) + int(replaced["old_rows"].sum() or 0)
-    stats = TableDelta(inserted=insert_rows.height, updated=changed_in_place, deleted=n_deleted)
+    stats = TableDelta(inserted=insert_rows.height - kept, updated=kept, deleted=n_deleted - kept)
     if table == "ty2ents" and changed.height:  # rewritten whole (see _apply)
         insert_rows, stats = new, TableDelta(inserted=new.height, deleted=old_total)
     stats.unchanged = old_total - stats.deleted - stats.updated
-    return _TablePlan(table, changed, delete_keys, insert_rows, updates, stats)
+    return _TablePlan(table, changed, delete_keys, insert_rows, kept_vectors, stats)
 
 
 def _changes_frame(plans: dict[str, _TablePlan]) -> pl.DataFrame:
@@ -547,7 +544,7 @@ def _changes_frame(plans: dict[str, _TablePlan]) -> pl.DataFrame:
 
 
 def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) -> None:
-    """Delete, update and insert the planned rows (inserts: the planned insert rows with their vectors)."""
+    """Delete and insert the planned rows (inserts: the planned insert rows with their vectors)."""
     for table, plan in plans.items():
         keys = _key_cols(table)
         if table == "ty2ents":
@@ -562,13 +559,6 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
                 con.execute(f"DELETE FROM {table} USING _del WHERE {on}")
             finally:
                 con.unregister("_del")
-        for col, df in plan.updates.items():
-            con.register("_upd", df.to_arrow())
-            try:
-                on = " AND ".join(f"{table}.{k} = _upd.{k}" for k in keys)
-                con.execute(f"UPDATE {table} SET {col} = _upd.{col} FROM _upd WHERE {on}")
-            finally:
-                con.unregister("_upd")
         _insert_frame(con, table, inserts[table])
 
 
@@ -846,12 +836,12 @@ def publish_index(
             if con is not None:
                 con.close()
 
-        # vectors for the rows to insert only (texts unchanged under the same key were updated in place)
+        # vectors for the rows to insert only (a text unchanged under the same key keeps its vector)
         inserts: dict[str, pl.DataFrame] = {}
         for table, plan in plans.items():
             rows_in = plan.insert_rows
             inserts[table] = (
-                with_vectors(table, rows_in, embedder)
+                with_vectors(table, rows_in, embedder, plan.kept_vectors)
                 if table in VECTOR_TABLES
                 else rows_in.select(table_columns(table))
             )

@@ -207,3 +207,48 @@ def test_a_failing_search_index_check_does_not_block_elasticsearch_which_reads_i
         "community_reports",
         "chunks",
     }
+
+
+def test_checks_reuse_a_verdict_on_the_same_files_only(dagster_instance, resources, settings, monkeypatch):
+    # in a CLI build (the table memo on) the index check re-uses the verdict of the publish that wrote
+    # the index from the same files, and the resolved graph's check that of the knowledge graph when its
+    # files are hard links of the other's; a file replaced or changed since is checked again
+    import duckdb
+
+    from graphrag_pipeline.storage.files import remembering
+
+    calls = {"index": 0, "graph": 0}
+    real_index, real_graph = checks.check_index_file, checks._graph_problems
+
+    def counted_index(*a, **kw):
+        calls["index"] += 1
+        return real_index(*a, **kw)
+
+    def counted_graph(*a, **kw):
+        calls["graph"] += 1
+        return real_graph(*a, **kw)
+
+    monkeypatch.setattr(checks, "check_index_file", counted_index)
+    monkeypatch.setattr(checks, "_graph_problems", counted_graph)
+    with remembering():
+        build_graph(dagster_instance, resources)
+        _all_reports(dagster_instance, resources)
+        result = dg.materialize(
+            [search_index, search_index_is_complete], instance=dagster_instance, resources=resources
+        )
+        assert check_results(result) == {"search_index_is_complete": True} and calls["index"] == 0
+        graph_calls = calls["graph"]
+        assert graph_calls == 1  # the resolved graph is a hard link of the knowledge graph: checked once
+
+        con = duckdb.connect(str(settings.paths.index_file))
+        con.execute("DELETE FROM entities WHERE key = (SELECT min(key) FROM entities)")
+        con.close()
+        verdict = search_index_is_complete(settings=settings)
+        assert calls["index"] == 1 and not verdict.passed and "missing" in verdict.metadata["problems"].text
+
+        store = settings.store()
+        nodes, edges = store.read_graph("resolved_graph")
+        store.write_graph("resolved_graph", nodes, pl.concat([edges, edges.head(1)]))  # a duplicate edge
+        verdict = checks._graph_check("resolved_graph", settings)
+        assert calls["graph"] == graph_calls + 1 and not verdict.passed
+        assert "1 duplicate edges" in verdict.metadata["problems"].text

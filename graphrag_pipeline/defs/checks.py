@@ -8,6 +8,7 @@ from graphrag_pipeline.defs import graph_assets, index_assets
 from graphrag_pipeline.defs.partitions import asset_key, document_keys
 from graphrag_pipeline.defs.resources import PipelineSettings
 from graphrag_pipeline.index.duckdb_writer import check_index_file
+from graphrag_pipeline.storage.files import VERDICTS
 
 GRAPH_CHECK = (
     "Unique nodes; every edge joins two existing, distinct nodes once; not empty while an extracted document has "
@@ -61,13 +62,20 @@ def _empty_graph_problems(instance, settings: PipelineSettings) -> list[str]:
 
 
 def _graph_check(name: str, settings: PipelineSettings, instance=None) -> dg.AssetCheckResult:
-    nodes, edges = settings.store().read_graph(name, ["key"], ["source_key", "target_key"])
-    problems = _graph_problems(nodes, edges)
-    if nodes.height == 0 and instance is not None:
+    store = settings.store()
+    # the same files (the resolved graph is most often a hard link of the knowledge graph): the same verdict
+    key = VERDICTS.key("graph", VERDICTS.identities(list(store.graph_files(name))))
+    found = VERDICTS.get(key)
+    if found is None:
+        nodes, edges = store.read_graph(name, ["key"], ["source_key", "target_key"])
+        found = (_graph_problems(nodes, edges), nodes.height, edges.height)
+        VERDICTS.put(key, found)
+    problems, n_nodes, n_edges = list(found[0]), found[1], found[2]
+    if n_nodes == 0 and instance is not None:
         problems += _empty_graph_problems(instance, settings)
     return dg.AssetCheckResult(
         passed=not problems,
-        metadata={"problems": "; ".join(problems) or "none", "nodes": nodes.height, "edges": edges.height},
+        metadata={"problems": "; ".join(problems) or "none", "nodes": n_nodes, "edges": n_edges},
     )
 
 
@@ -123,7 +131,11 @@ def communities_reference_entities(settings: PipelineSettings) -> dg.AssetCheckR
 )
 def search_index_is_complete(settings: PipelineSettings) -> dg.AssetCheckResult:
     store = settings.store()
-    nodes, edges = store.read_graph("resolved_graph", ["key"], ["source_key", "target_key"])
-    # the same verification search_index runs on every index before publishing it
-    verdict = check_index_file(settings.paths.index_file, nodes, edges, store.read_communities())
+    # the verdict of the publish that wrote this index from these very files, when this process made it
+    files = [settings.paths.index_file, *index_assets.index_check_files(store)]
+    verdict = VERDICTS.get(VERDICTS.key("index", VERDICTS.identities(files)))
+    if verdict is None:
+        nodes, edges = store.read_graph("resolved_graph", ["key"], ["source_key", "target_key"])
+        # the same verification search_index runs on every index before publishing it
+        verdict = check_index_file(settings.paths.index_file, nodes, edges, store.read_communities())
     return dg.AssetCheckResult(passed=verdict.passed, metadata=verdict.to_metadata())

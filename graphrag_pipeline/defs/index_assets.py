@@ -19,6 +19,7 @@ from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
 from graphrag_pipeline.index.records import COLUMNS, build_index_rows, collect_reports
+from graphrag_pipeline.storage.files import VERDICTS
 from graphrag_pipeline.storage.store import MissingInputError
 
 
@@ -83,6 +84,12 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset)
 
 
+def index_check_files(store) -> list:
+    """The files whose content the index's verification compares it with: the resolved graph's
+    nodes and edges, and the communities."""
+    return [*store.graph_files("resolved_graph"), store.communities_file()]
+
+
 # what a failed embeddings call leaves (a delta or a new index is published whole or not at all)
 _LEFT_AS_IT_WAS = "the published index was left untouched"
 
@@ -121,6 +128,9 @@ def search_index(
     context: dg.AssetExecutionContext, settings: PipelineSettings, llm: LLMSettings, config: SearchIndexConfig
 ) -> dg.MaterializeResult:
     started = time.perf_counter()
+    # the files the verification reads, identified before they are read (search_index_is_complete
+    # re-uses the verdict for the same files and the index as published)
+    verified_files = VERDICTS.identities(index_check_files(settings.store()))
     store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(context, settings, "search_index")
     embedder, step = _embedder("search_index", settings, llm)
     inputs_seconds = time.perf_counter() - started
@@ -142,6 +152,9 @@ def search_index(
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
     usage = step.record()
+    if result.verdict is not None:
+        published = VERDICTS.identities([settings.paths.index_file])
+        VERDICTS.put(VERDICTS.key("index", [*published, *verified_files]), result.verdict)
     store.write_report_sources("search_index", sources)
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()

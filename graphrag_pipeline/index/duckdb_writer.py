@@ -409,6 +409,7 @@ class PublishResult:
     meta: dict
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step
     compacted: bool = False  # the patched file was copied into a compact one before it was published
+    verdict: IndexCompleteness | None = None  # what the verification before publishing found (it passed)
 
     def to_metadata(self) -> dict:
         totals = TableDelta()
@@ -750,16 +751,21 @@ def publish_index(
         base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
         lap("records")
 
+        verified: list[IndexCompleteness] = []
+
         def verify(con) -> None:
             verdict = index_completeness(con, nodes, edges, communities)
             if not verdict.passed:
                 raise IncompleteIndexError(verdict)
+            verified.append(verdict)
 
         def result(
             mode: str, reason: str, stats: dict[str, TableDelta], size: int, published: dict, compacted: bool = False
         ) -> PublishResult:
             lap("write")
-            return PublishResult(mode, reason, stats, time.perf_counter() - started, size, published, phases, compacted)
+            seconds = time.perf_counter() - started
+            verdict = verified[-1] if verified else None
+            return PublishResult(mode, reason, stats, seconds, size, published, phases, compacted, verdict)
 
         def full(
             reason: str, previous: dict | None, plans: dict[str, _TablePlan] | None, prev_meta: dict | None

@@ -368,6 +368,51 @@ def _cgroup_memory_limit() -> int | None:
 TABLES = TableMemo()
 
 
+class VerdictMemo:
+    """What a check found in some files, by the files' identities (TableMemo.identity), kept while
+    the table memo is on (a CLI build). A check asked again of the same bytes answers from here: the
+    resolved graph is most often a hard link of the knowledge graph checked a moment before, and the
+    published index was verified by the publish that wrote it (each check re-read a million edges:
+    0.25-0.3 s at 50,000 documents). A file replaced or changed since has another identity."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._verdicts: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(kind: str, identities: list[tuple | None]) -> tuple | None:
+        """The memo's key for these file identities (None - nothing kept - when the memo is off or a
+        file could not be identified)."""
+        if not TABLES.enabled or any(i is None for i in identities):
+            return None
+        return (kind, *identities)
+
+    def identities(self, paths: list[Path]) -> list[tuple | None]:
+        """The files' identities now (None for each when the memo is off: nothing is read)."""
+        return [TableMemo.identity(p) for p in paths] if TABLES.enabled else [None] * len(paths)
+
+    def get(self, key: tuple | None):
+        with self._lock:
+            return self._verdicts.get(key) if key is not None else None
+
+    def put(self, key: tuple | None, verdict) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._verdicts.pop(key, None)
+            self._verdicts[key] = verdict
+            while len(self._verdicts) > self.size:
+                self._verdicts.pop(next(iter(self._verdicts)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._verdicts.clear()
+
+
+VERDICTS = VerdictMemo()
+
+
 @contextmanager
 def remembering() -> Iterator[TableMemo]:
     """Turn the table memo on for the duration (nested uses are fine); it is emptied at the end."""
@@ -378,6 +423,7 @@ def remembering() -> Iterator[TableMemo]:
         TABLES.enabled -= 1
         if not TABLES.enabled:
             TABLES.clear()
+            VERDICTS.clear()
 
 
 def read_parquet(

@@ -426,6 +426,13 @@ class Store:
                 out.append(read_parquet(path, schema).filter(where))
         return out[0], out[1]
 
+    def graph_files(self, name: str) -> tuple[Path, Path]:
+        """The graph's nodes and edges files (which may not exist yet)."""
+        return self._graph_files(name)
+
+    def communities_file(self) -> Path:
+        return self.paths.graph_dir / "communities.parquet"
+
     def graph_edges_file(self, name: str) -> Path:
         return self._graph_files(name)[1]
 
@@ -527,7 +534,7 @@ class Store:
         write_parquet(memo.paths, paths_file)
 
     def read_communities(self) -> pl.DataFrame:
-        path = self.paths.graph_dir / "communities.parquet"
+        path = self.communities_file()
         if not path.exists():
             raise FileNotFoundError("communities have not been materialized yet")
         return read_parquet(path)

@@ -61,6 +61,7 @@ from graphrag_pipeline.index.records import (
     KEYS,
     NHOP_SCHEMA,
     TABLES,
+    TEXT_COLUMNS,
     VECTOR_TABLES,
     IndexTables,
     SourcesMemo,
@@ -479,9 +480,10 @@ def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None =
 
 
 def _old_vectors(con, table: str, keys_df: pl.DataFrame) -> pl.DataFrame:
-    """The published rows of these keys (content columns) with their vectors, those not finite left
-    out (embedded again). The rows are found by their keys first (a scan of the key columns only),
-    then read by row id: a join on the keys read every column of the table, vectors included."""
+    """The published rows of these keys (keys, the columns their embedded text is made of, vector),
+    those whose vector is not finite left out (embedded again). The rows are found by their keys
+    first (a scan of the key columns only), then read by row id: a join on the keys read every
+    column of the table, vectors included (and an entity's description, megabytes for a hub)."""
     keys = _key_cols(table)
     con.register("_k", keys_df.select(keys).to_arrow())
     try:
@@ -491,7 +493,7 @@ def _old_vectors(con, table: str, keys_df: pl.DataFrame) -> pl.DataFrame:
         ]
     finally:
         con.unregister("_k")
-    cols = ", ".join([*COLUMNS[table], "embedding"])
+    cols = ", ".join(dict.fromkeys([*keys, *TEXT_COLUMNS[table], "embedding"]))
     return con.sql(
         f"SELECT {cols} FROM {table} WHERE rowid IN (SELECT unnest(?::BIGINT[])) AND NOT {_NOT_FINITE}", params=[ids]
     ).pl()

@@ -127,8 +127,17 @@ def with_hash(table: str, df: pl.DataFrame) -> pl.DataFrame:
 EMBED_TEXT_SCHEME = "texts-1"
 
 
+# the columns embed_texts reads, per table
+TEXT_COLUMNS = {
+    "entities": ("name",),
+    "relations": ("source", "target", "description"),
+    "community_reports": ("title", "summary"),
+    "chunks": ("text",),
+}
+
+
 def embed_texts(table: str, df: pl.DataFrame) -> list[str]:
-    """The text each row's vector embeds."""
+    """The text each row's vector embeds (from its TEXT_COLUMNS)."""
     if table == "entities":
         return df["name"].to_list()
     if table == "relations":
@@ -265,9 +274,14 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
 NHOP_ORDER_SQL = "entity_key, weights[1] DESC, path[2], weights[2] DESC NULLS LAST, path[3] NULLS LAST"
 
 
-def _ranked_ends(edges: pl.DataFrame) -> pl.DataFrame:
-    """Both directions of every edge in nhop_paths' order (see _both_ways and _RANK)."""
-    return _both_ways(edges).sort(**_RANK)
+def _ranked_ends(edges: pl.DataFrame, ends: pl.Series | None = None) -> pl.DataFrame:
+    """Both directions of every edge in nhop_paths' order (see _both_ways and _RANK); with `ends`
+    (an imploded Series of keys), only the directions leaving one of them (kept before the sort:
+    near a hub most rows leave other nodes)."""
+    both = _both_ways(edges)
+    if ends is not None:
+        both = both.filter(pl.col("a").is_in(ends))
+    return both.sort(**_RANK)
 
 
 def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterable[str] | None = None) -> set[str]:
@@ -299,9 +313,7 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterabl
 
     def second_hops(df: pl.DataFrame) -> dict[str, list]:
         ends = df.filter(pl.col("source_key").is_in(x) | pl.col("target_key").is_in(x))
-        top = (
-            _ranked_ends(ends).filter(pl.col("a").is_in(x)).group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1)
-        )
+        top = _ranked_ends(ends, x).group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1)
         return {k: g.select("b", "w").rows() for (k,), g in top.group_by("a", maintain_order=True)}
 
     before, after = second_hops(a), second_hops(b)
@@ -317,8 +329,7 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterabl
     ).implode()
     cand_edges = b.filter(pl.col("source_key").is_in(candidates) | pl.col("target_key").is_in(candidates))
     first = (
-        _ranked_ends(cand_edges)
-        .filter(pl.col("a").is_in(candidates))
+        _ranked_ends(cand_edges, candidates)
         .group_by("a", maintain_order=True)
         .head(NHOP_MAX_NEIGHBOURS)
         .filter(pl.col("b").is_in(h))

@@ -2568,25 +2568,72 @@ def cmd_plots(args) -> None:
         if last is None or x - last >= 0.06 * max(xs):
             ticks.append(x)
             last = x
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{d:,}" for d in ticks], fontsize=8)
-    ax.set_xlabel("documents (linear)")
-    ax.set_ylabel("seconds (linear)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.set_title("graphrag-pipeline: one-document update vs corpus size", fontsize=11)
-    fig.text(0.01, 0.01, caption, fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
     path = args.results_dir / "scale_update.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save_linear(
+        fig, ax, ticks, "seconds (linear)", "graphrag-pipeline: one-document update vs corpus size", caption, path
+    )
     out.append(path)
 
+    ab = plot_update_ab(args.results_dir)
+    if ab is not None:
+        out.append(ab)
     real = args.results_dir / "real.json"
     if real.exists():
         plot_real(json.loads(real.read_text()), args.results_dir / "real_stages.png")  # says where it wrote
     for p in out:
         say(f"wrote {p}")
+
+
+# update-ab results by corpus size (`--name update-ab-sizes-1k`, `-10k`, `-50k`)
+AB_BY_SIZE = {1000: "update-ab-sizes-1k.json", 10000: "update-ab-sizes-10k.json", 50000: "update-ab-sizes-50k.json"}
+
+
+def plot_update_ab(results_dir: Path) -> Path | None:
+    """update_ab_sizes.png: the median one-document update of each kept home by corpus size, for both
+    versions of the code of update-ab runs that compared the same two revisions (the same day and
+    machine for both, unlike scale.json's figures); None when there are fewer than two such sizes."""
+    import matplotlib.pyplot as plt
+
+    runs = {}
+    for docs, name in AB_BY_SIZE.items():
+        f = results_dir / name
+        if f.exists():
+            runs[docs] = json.loads(f.read_text())
+    pairs = {(r["settings"]["before"], r["machine"]["git_commit"]) for r in runs.values()}
+    if len(runs) < 2 or len(pairs) != 1:
+        return None
+    docs = sorted(runs)
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for i, style in ((0, "s--"), (1, "o-")):
+        rows = [runs[d]["summary"][i] for d in docs]
+        ax.plot(docs, [r["wall_s"] for r in rows], style, linewidth=2 if i else 1, label=f"{rows[0]['code']} (wall)")
+        ax.plot(
+            docs, [r["outside_steps_s"] for r in rows], ":", marker="x", label=f"{rows[0]['code']} outside the steps"
+        )
+    ax.set_xlim(left=0, right=max(docs) * 1.05)
+    ax.set_ylim(bottom=0)
+    path = results_dir / "update_ab_sizes.png"
+    caption = f"{machine_line(runs[docs[-1]]['machine'])}; method fast; rounds per size: 3"
+    title = "one-document update vs corpus size, two versions of the code alternating (update-ab)"
+    _save_linear(fig, ax, docs, "seconds, median of the rounds (linear)", title, caption, path)
+    return path
+
+
+def _save_linear(fig, ax, ticks: list[int], ylabel: str, title: str, caption: str, path: Path) -> None:
+    """Label a plot against corpus size on linear axes, caption it and save it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{d:,}" for d in ticks], fontsize=8)
+    ax.set_xlabel("documents (linear)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title(title, fontsize=11)
+    fig.text(0.01, 0.01, caption, fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 # -- CLI --------------------------------------------------------------------------------------

@@ -384,6 +384,36 @@ def test_waiting_for_a_pool_slot_is_bounded_and_slots_of_dead_runs_are_freed(hom
     wait_for_pool(inst, timeout_s=1.0)  # returns at once now
 
 
+def test_a_stop_swallowed_while_polling_the_pool_still_stops_the_wait(monkeypatch):
+    # SQLAlchemy catches an exception raised while it closes a connection: a SIGTERM landing in the
+    # poll's query lost its Stop, and the build went on waiting (up to 10 min; a flaky CI failure)
+    import signal
+
+    from graphrag_pipeline import interrupts
+    from graphrag_pipeline.defs import instance_ops
+
+    polls = []
+
+    def held_and_signalled(instance, pool="llm"):
+        polls.append(1)
+        if len(polls) == 2:
+            try:  # as SQLAlchemy's pool does when the handler raises while it closes a connection
+                signal.raise_signal(signal.SIGTERM)
+            except Exception:  # noqa: BLE001
+                pass
+        return 0, ["other-run"]
+
+    monkeypatch.setattr(instance_ops, "pool_holders", held_and_signalled)
+    interrupts.install()
+    try:
+        started = time.monotonic()
+        with pytest.raises(interrupts.Stop):
+            instance_ops.wait_for_pool(None, timeout_s=5.0, say=lambda _m: None)
+        assert time.monotonic() - started < 2.5 and len(polls) == 2
+    finally:
+        interrupts.uninstall()
+
+
 @pytest.mark.parametrize("held", ["claimed", "assigned"])
 def test_a_build_waiting_for_a_pool_slot_sleeps_and_stops_on_sigterm(home, corpus, instance, tmp_path, held):
     """`claimed`: another run holds the only `llm` slot, so the build waits before its run starts.

@@ -124,6 +124,10 @@ def wait_for_pool(instance: dg.DagsterInstance, pool: str = LLM_POOL, *, timeout
     announced = False
     while True:
         free, holders = pool_holders(instance, pool)
+        # a stop that landed in the query above may have been swallowed on its way out: SQLAlchemy
+        # catches (and logs) an exception raised while it closes a connection; the signal is on record
+        if (signo := interrupts.requested()) is not None:
+            raise interrupts.Stop(signo)
         if free != 0:
             return
         if time.monotonic() > deadline:
@@ -137,7 +141,8 @@ def wait_for_pool(instance: dg.DagsterInstance, pool: str = LLM_POOL, *, timeout
                 f"(at most {timeout_s:.0f}s; Ctrl-C stops)"
             )
             announced = True
-        time.sleep(1.0)
+        if (signo := interrupts.wait(1.0)) is not None:
+            raise interrupts.Stop(signo)
 
 
 _SAY = [print]  # where install_sleeping_slot_wait's message goes (the last caller's `say`)

@@ -61,6 +61,18 @@ def _graph():
     return with_metrics(nodes, edges), edges
 
 
+def _one_community(summary: str) -> tuple[pl.DataFrame, list[CommunityReport], pl.DataFrame]:
+    """Alice and Bob in one community with its report, and one chunk: the inputs of a small index."""
+    communities = pl.DataFrame(
+        {"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]}
+    )
+    reports = [CommunityReport("L0-x", 0, "Alice and Bob", summary, 8.0, "r", [], ["Alice", "Bob"])]
+    chunks = pl.DataFrame(
+        {"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]}
+    )
+    return communities, reports, chunks
+
+
 @pytest.fixture
 def index(tmp_path):
     nodes, edges = _graph()
@@ -194,13 +206,7 @@ def test_republishing_embeds_only_new_texts(tmp_path):
             return super().embed(texts)
 
     nodes, edges = _graph()
-    communities = pl.DataFrame(
-        {"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]}
-    )
-    reports = [CommunityReport("L0-x", 0, "Alice and Bob", "Friends", 8.0, "r", [], ["Alice", "Bob"])]
-    chunks = pl.DataFrame(
-        {"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]}
-    )
+    communities, reports, chunks = _one_community("Friends")
     first = Counting()
     path = tmp_path / "i.duckdb"
     tables = build_index_tables(nodes, edges, communities, reports, chunks, first)
@@ -264,13 +270,7 @@ def test_a_hub_description_is_bounded_not_dropped(tmp_path):
         .otherwise(pl.col("description"))
         .alias("description")
     )
-    communities = pl.DataFrame(
-        {"community_id": ["L0-x"], "level": [0], "nodes": [["alice", "bob"]], "size": [2], "weight": [1.0]}
-    )
-    reports = [CommunityReport("L0-x", 0, "Alice and Bob", "Friends in Oxford", 8.0, "r", [], ["Alice", "Bob"])]
-    chunks = pl.DataFrame(
-        {"chunk_id": ["c1"], "doc_id": ["d1"], "doc": ["a.txt"], "position": [0], "text": ["Alice met Bob."]}
-    )
+    communities, reports, chunks = _one_community("Friends in Oxford")
     emb = HashingEmbedder()
     path = tmp_path / "index.duckdb"
     tables = build_index_tables(nodes, edges, communities, reports, chunks, emb)

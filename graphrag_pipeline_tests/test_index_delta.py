@@ -812,3 +812,83 @@ def test_report_sources_memo_is_voided_by_a_moved_path_and_read_back_only_in_its
     assert store.read_report_sources("search_index").table is None
     store.write_report_sources("search_index", SourcesMemo())
     assert not table_file.exists()
+
+
+def _by_key(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+    """The changed keys of a unique-keyed table, worked out row by row (the oracle)."""
+    before = {(r["source_key"], r["target_key"]): r["row_hash"] for r in old.to_dicts()}
+    after = {(r["source_key"], r["target_key"]): r["row_hash"] for r in new.to_dicts()}
+    rows = [
+        (s, t, 1 if (s, t) in before else None, 1 if (s, t) in after else None)
+        for (s, t) in sorted(set(before) | set(after))
+        if before.get((s, t)) != after.get((s, t))
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={"source_key": pl.Utf8, "target_key": pl.Utf8, "old_rows": pl.Int64, "new_rows": pl.Int64},
+        orient="row",
+    )
+
+
+def test_relations_compared_by_hash_first_equal_a_key_by_key_comparison_and_a_hash_collision_is_caught(tmp_path):
+    rng = random.Random(5)
+    old = pl.DataFrame(
+        {
+            "source_key": [f"s{i % 97}" for i in range(3000)],
+            "target_key": [f"t{i}" for i in range(3000)],
+            "row_hash": [rng.getrandbits(64) for _ in range(3000)],
+        },
+        schema={"source_key": pl.Utf8, "target_key": pl.Utf8, "row_hash": pl.UInt64},
+    )
+    con = duckdb.connect(str(tmp_path / "relations.duckdb"))
+    con.execute("CREATE TABLE relations (source_key VARCHAR, target_key VARCHAR, row_hash UBIGINT)")
+    con.register("_old", old.to_arrow())
+    con.execute("INSERT INTO relations SELECT * FROM _old")
+
+    def compare(new: pl.DataFrame) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+        fast = duckdb_writer._diff_unique_by_hash(con, "relations", new)
+        got = duckdb_writer._diff_groups(con, "relations", new)
+        sort = ["source_key", "target_key"]
+        assert got.select(_by_key(old, new).columns).sort(sort).equals(_by_key(old, new)), got
+        return fast, got
+
+    for _ in range(20):  # random edits: rows re-worded, removed, added
+        new = old.sample(fraction=1.0, shuffle=True, seed=rng.randrange(1 << 30)).with_row_index("i")
+        new = new.filter(pl.col("i") >= rng.randrange(0, 30)).with_columns(
+            pl.when(pl.col("i") < 60 + rng.randrange(0, 30))
+            .then(pl.col("row_hash") // 2)
+            .otherwise(pl.col("row_hash"))
+            .alias("row_hash")
+        )
+        added = pl.DataFrame(
+            {
+                "source_key": ["new"] * 25,
+                "target_key": [f"n{i}" for i in range(25)],
+                "row_hash": [rng.getrandbits(64) for _ in range(25)],
+            },
+            schema=old.schema,
+        )
+        fast, got = compare(pl.concat([new.drop("i"), added]))
+        assert fast is not None and got.height > 60
+
+    h = old["row_hash"].to_list()
+    # a re-worded row whose new hash is another (unchanged) row's: a hash twice among the new rows
+    collided = old.with_columns(
+        pl.when(pl.col("target_key") == "t1").then(h[2]).otherwise(pl.col("row_hash")).alias("row_hash")
+    )
+    assert compare(collided)[0] is None
+    # ... and when that other row was re-worded too: a key seen as removed is among the new rows
+    both = old.with_columns(
+        pl.when(pl.col("target_key") == "t1")
+        .then(h[2])
+        .when(pl.col("target_key") == "t2")
+        .then(h[2] // 2)
+        .otherwise(pl.col("row_hash"))
+        .alias("row_hash")
+    )
+    assert compare(both)[0] is None
+    # a key written twice among the new rows
+    twice = pl.concat([old, old.head(1).with_columns(pl.col("row_hash") // 3)])
+    assert duckdb_writer._diff_unique_by_hash(con, "relations", twice) is None
+    assert duckdb_writer._diff_groups(con, "relations", twice).rows() == [("s0", "t0", 1, 2)]
+    con.close()

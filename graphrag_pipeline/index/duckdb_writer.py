@@ -444,11 +444,58 @@ def _key_cols(table: str) -> list[str]:
 _UNIQUE_KEYS = ("entities", "relations", "community_reports")
 
 
+def _diff_unique_by_hash(con, table: str, new: pl.DataFrame) -> pl.DataFrame | None:
+    """_diff_groups of a table whose keys are unique, compared by row hash first: a row hash covers
+    the key columns, so a row whose hash is on both sides is the same row, and only the rows whose
+    hash is on one side are matched by key (a join of integers, not of 800,000 pairs of strings:
+    0.13 -> 0.02 s on 250,000 relations). None when the two sides do not pair up one to one - a key
+    repeated, or two rows of different keys with one hash - and the caller compares by key."""
+    keys = _key_cols(table)
+    cols = ", ".join(keys)
+    old_hashes = con.sql(f"SELECT {HASH} FROM {table}").pl()[HASH]
+    new_hashes = new[HASH]
+    new_only = new.filter(~new_hashes.is_in(old_hashes.implode())).select(*keys)
+    gone_hashes = old_hashes.filter(~old_hashes.is_in(new_hashes.implode()))
+    # the rows found on both sides pair up one to one (else a hash is repeated on a side)
+    if new.height - new_only.height != old_hashes.len() - gone_hashes.len():
+        return None
+    if new_hashes.n_unique() != new.height:
+        return None
+    con.register("_gone", pl.DataFrame({"h": gone_hashes}).to_arrow())
+    try:
+        old_only = con.sql(f"SELECT {cols} FROM {table} WHERE {HASH} IN (SELECT h FROM _gone)").pl()
+    finally:
+        con.unregister("_gone")
+    if new_only.is_duplicated().any() or old_only.is_duplicated().any():
+        return None
+    out = old_only.with_columns(pl.lit(1, pl.Int64).alias("old_rows")).join(
+        new_only.with_columns(pl.lit(1, pl.Int64).alias("new_rows")), on=keys, how="full", coalesce=True
+    )
+    # a key only on one side of the changed rows is not among the other side's unchanged rows
+    gone = out.filter(pl.col("new_rows").is_null()).select(keys)
+    if gone.height and new.select(keys).join(gone, on=keys, how="semi").height:
+        return None
+    added = out.filter(pl.col("old_rows").is_null()).select(keys)
+    if added.height:
+        con.register("_added", added.to_arrow())
+        try:
+            known = con.execute(f"SELECT count(*) FROM {table} t SEMI JOIN _added USING ({cols})").fetchall()[0][0]
+        finally:
+            con.unregister("_added")
+        if known:
+            return None
+    return out.select(*keys, "old_rows", "new_rows")
+
+
 def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None = None) -> pl.DataFrame:
     """Groups (by key) whose multiset of row hashes differs between `new` and the published table:
     keys, old_rows, new_rows (null where the group is absent). Reads only keys and hashes.
     only: restrict the comparison to these keys (both sides)."""
     keys = _key_cols(table)
+    if only is None and table in _UNIQUE_KEYS:
+        by_hash = _diff_unique_by_hash(con, table, new)
+        if by_hash is not None:
+            return by_hash
     cols = ", ".join(keys)
     con.register("_new", new.select(*keys, HASH).to_arrow())
     old_from = table

@@ -892,3 +892,40 @@ def test_relations_compared_by_hash_first_equal_a_key_by_key_comparison_and_a_ha
     assert duckdb_writer._diff_unique_by_hash(con, "relations", twice) is None
     assert duckdb_writer._diff_groups(con, "relations", twice).rows() == [("s0", "t0", 1, 2)]
     con.close()
+
+
+def test_the_completeness_check_names_keys_swapped_doubled_or_null_at_the_same_count(tmp_path):
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    assert check_index_file(path, inp["nodes"], inp["edges"], inp["communities"]).passed
+    edges = inp["edges"].sort("source_key", "target_key")
+    first, second = edges.row(0, named=True), edges.row(1, named=True)
+
+    def damaged(assignment: str, *values, of: dict = first):
+        """The index with the relation `of` changed by `assignment` (an UPDATE's SET), checked."""
+        copy = tmp_path / "damaged.duckdb"
+        copy.write_bytes(path.read_bytes())
+        con = duckdb.connect(str(copy))
+        where = [of["source_key"], of["target_key"]]
+        con.execute(f"UPDATE relations SET {assignment} WHERE source_key = ? AND target_key = ?", [*values, *where])
+        con.close()
+        return check_index_file(copy, inp["nodes"], inp["edges"], inp["communities"])
+
+    # the first relation written twice in place of the second: as many rows, one key doubled, one missing
+    doubled = damaged("source_key = ?, target_key = ?", first["source_key"], first["target_key"], of=second)
+    assert not doubled.passed
+    assert doubled.duplicate_count["relations"] == 1 and doubled.missing_count["relations"] == 1
+    # a relation under another key: as many rows, none doubled
+    swapped = damaged("target_key = 'nobody'")
+    assert not swapped.passed
+    assert swapped.missing_count["relations"] == 1 and swapped.extra_count["relations"] == 1
+    # a key with no value matches nothing, not even the same key with no value in the graph
+    null = damaged("target_key = NULL")
+    assert not null.passed and null.missing_count["relations"] == 1
+    is_first = (pl.col("source_key") == first["source_key"]) & (pl.col("target_key") == first["target_key"])
+    inp["edges"] = inp["edges"].with_columns(
+        pl.when(is_first).then(None).otherwise(pl.col("target_key")).alias("target_key")
+    )
+    both = check_index_file(tmp_path / "damaged.duckdb", inp["nodes"], inp["edges"], inp["communities"])
+    assert not both.passed and both.missing_count["relations"] == 1 and both.extra_count["relations"] == 1

@@ -71,6 +71,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_RUN) nano --chat-latency-ms 300 --concurrency 16
 	$(BENCH_RUN) nano --novel --chat-latency-ms 300 --concurrency 16
 	$(BENCH_RUN) real --edits 3
+	$(BENCH_RUN) real --corpus db-docs --edits 3
 	$(BENCH_RUN) scale --docs 1000 10000 50000 --max-minutes 60
 	$(BENCH_RUN) query --entities 100000 --questions 200
 	$(BENCH_RUN) serve --entities 100000 --questions 200

@@ -4,11 +4,16 @@ clients and cached (nothing is vendored into the repository):
 - ``linux_doc``: the Debian package ``linux-doc-6.1`` (``apt-get download``, unpacked with
   ``dpkg-deb -x``); its reStructuredText sources under ``usr/share/doc/linux-doc-6.1/html/_sources/``
   (about 3,200 ``*.txt`` files in sub-folders, 23 MB) are the ``real`` benchmark's corpus.
+- ``db_docs``: the HTML manuals of three other Debian packages, ``postgresql-doc-15``,
+  ``sqlite3-doc`` and ``git-doc`` (about 2,200 ``*.html`` files, 40 MB of HTML), fetched the same
+  way: the ``real --corpus db-docs`` benchmark's corpus, a second real one of another kind (HTML,
+  databases and version control, three projects' writers).
 - ``alice``: "Alice's Adventures in Wonderland" (``alice29.txt`` of the Canterbury corpus, shipped
   in ``tests/testdata/`` of the PyPI source distribution of ``brotli``), split into five files of
   consecutive whole chapters for ``nano --novel``.
 
     python benchmarks/external.py linux-doc --cache DIR
+    python benchmarks/external.py db-docs --cache DIR
     python benchmarks/external.py alice --cache DIR --out DIR
 """
 
@@ -40,35 +45,35 @@ def sha256(path: Path) -> str:
     return file_sha256(path)
 
 
-# -- linux-doc-6.1 ----------------------------------------------------------------------------
-def linux_doc(cache: Path) -> dict:
-    """The unpacked package under ``cache/linux-doc-6.1`` (downloaded and unpacked once).
+# -- Debian packages ---------------------------------------------------------------------------
+def debian_package(cache: Path, package: str, folder: str) -> dict:
+    """The unpacked package under ``cache/<package>`` (downloaded and unpacked once).
 
-    Returns ``{"package", "version", "deb", "deb_sha256", "sources"}``; ``sources`` is the
-    ``_sources`` folder."""
-    root = cache / LINUX_DOC_PACKAGE
+    Returns ``{"package", "version", "deb", "deb_sha256", "sources"}``; ``sources`` is ``folder``
+    of the unpacked package."""
+    root = cache / package
     marker = root / "package.json"
     if marker.exists():
         info = json.loads(marker.read_text())
-        info["sources"] = str(root / "root" / LINUX_DOC_SOURCES)
+        info["sources"] = str(root / "root" / folder)
         if Path(info["sources"]).is_dir():
             return info
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        raise SystemExit("the real corpus needs apt-get and dpkg-deb (a Debian/Ubuntu machine)")
+        raise SystemExit("the real corpora need apt-get and dpkg-deb (a Debian/Ubuntu machine)")
     if root.exists():
         shutil.rmtree(root)
     dl = root / "deb"
     dl.mkdir(parents=True)
     os.chmod(dl, 0o777)  # apt drops to the _apt user for downloads when it can write the folder
-    _log(f"apt-get download {LINUX_DOC_PACKAGE} into {dl}")
-    cmd = ["apt-get", "download", LINUX_DOC_PACKAGE]
+    _log(f"apt-get download {package} into {dl}")
+    cmd = ["apt-get", "download", package]
     res = subprocess.run(cmd, cwd=dl, capture_output=True, text=True)
     if res.returncode != 0 and hasattr(os, "geteuid") and os.geteuid() == 0:
         _log(f"download failed ({res.stderr.strip()[-300:]}); running apt-get update and retrying")
         subprocess.run(["apt-get", "update"], check=False, capture_output=True, text=True)
         res = subprocess.run(cmd, cwd=dl, capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit(f"apt-get download {LINUX_DOC_PACKAGE} failed:\n{res.stdout[-1000:]}\n{res.stderr[-1000:]}")
+        raise SystemExit(f"apt-get download {package} failed:\n{res.stdout[-1000:]}\n{res.stderr[-1000:]}")
     debs = sorted(dl.glob("*.deb"))
     if len(debs) != 1:
         raise SystemExit(f"expected one .deb in {dl}, found {[d.name for d in debs]}")
@@ -80,21 +85,61 @@ def linux_doc(cache: Path) -> dict:
     _log(f"dpkg-deb -x {deb.name} {unpacked}")
     subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
     info = {
-        "package": LINUX_DOC_PACKAGE,
+        "package": package,
         "version": version,
         "deb": deb.name,
         "deb_sha256": sha256(deb),
         "source": "Debian package via apt-get download, unpacked with dpkg-deb -x",
     }
     marker.write_text(json.dumps(info, indent=1))
-    info["sources"] = str(unpacked / LINUX_DOC_SOURCES)
+    info["sources"] = str(unpacked / folder)
     return info
 
 
-def linux_doc_files(sources: Path, limit: int | None = None) -> list[str]:
-    """Relative paths (posix) of every ``*.txt`` under ``sources``, sorted; the first ``limit``."""
-    rels = sorted(p.relative_to(sources).as_posix() for p in sources.rglob("*.txt") if p.is_file())
+def linux_doc(cache: Path) -> dict:
+    """linux-doc-6.1 (debian_package); ``sources`` is its ``_sources`` folder."""
+    return debian_package(cache, LINUX_DOC_PACKAGE, LINUX_DOC_SOURCES)
+
+
+def linux_doc_files(sources: Path, limit: int | None = None, pattern: str = "*.txt") -> list[str]:
+    """Relative paths (posix) of every file matching ``pattern`` under ``sources``, sorted; the
+    first ``limit``."""
+    rels = sorted(p.relative_to(sources).as_posix() for p in sources.rglob(pattern) if p.is_file())
     return rels[:limit] if limit else rels
+
+
+# -- postgresql-doc-15 + sqlite3-doc + git-doc: HTML manuals ------------------------------------
+DB_DOCS = (
+    ("postgresql-doc-15", "usr/share/doc/postgresql-doc-15/html"),
+    ("sqlite3-doc", "usr/share/doc/sqlite3"),
+    ("git-doc", "usr/share/doc/git-doc"),
+)
+
+
+def db_docs(cache: Path) -> dict:
+    """The ``*.html`` files of the DB_DOCS packages gathered under ``cache/db-docs/tree/<package>/``
+    (each package fetched once by debian_package). Returns ``{"package", "version", "packages",
+    "sources"}``; ``sources`` is the tree."""
+    packages = [debian_package(cache, name, folder) for name, folder in DB_DOCS]
+    tree = cache / "db-docs" / "tree"
+    marker = tree.parent / "packages.json"
+    wanted = [
+        {**{k: v for k, v in p.items() if k != "sources"}, "folder": folder}
+        for p, (_, folder) in zip(packages, DB_DOCS)
+    ]
+    if not (marker.exists() and json.loads(marker.read_text()) == wanted and tree.is_dir()):
+        if tree.exists():
+            shutil.rmtree(tree)
+        for p in packages:
+            src = Path(p["sources"])
+            copy_tree_files(src, linux_doc_files(src, pattern="*.html"), tree / p["package"])
+        marker.write_text(json.dumps(wanted, indent=1))
+    return {
+        "package": " + ".join(p["package"] for p in packages),
+        "version": " + ".join(p["version"] for p in packages),
+        "packages": wanted,
+        "sources": str(tree),
+    }
 
 
 def copy_tree_files(sources: Path, rels: list[str], dest: Path) -> int:
@@ -224,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("linux-doc")
     a.add_argument("--cache", type=Path, required=True)
     a.add_argument("--limit", type=int)
+    d = sub.add_parser("db-docs")
+    d.add_argument("--cache", type=Path, required=True)
     b = sub.add_parser("alice")
     b.add_argument("--cache", type=Path, required=True)
     b.add_argument("--out", type=Path, required=True)
@@ -231,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "linux-doc":
         info = linux_doc(args.cache)
         info["files"] = len(linux_doc_files(Path(info["sources"]), args.limit))
+        print(json.dumps(info, indent=1))
+    elif args.cmd == "db-docs":
+        info = db_docs(args.cache)
+        info["files"] = len(linux_doc_files(Path(info["sources"]), pattern="*.html"))
         print(json.dumps(info, indent=1))
     else:
         _, info = write_novel(args.cache, args.out)

@@ -1293,6 +1293,24 @@ REAL_PARAGRAPHS = [
     "Silicon Company published the numbers.",
 ]
 
+# the same kind of edit for the db-docs corpus, next to its common terms (PostgreSQL, SQLite, SQL, Git)
+DB_DOCS_PARAGRAPHS = [
+    "In March 2024 Priya Ramanathan of the Open Storage Alliance reported that the Kestrel backup tool lost "
+    "PostgreSQL transactions when SQLite was used as its catalog. Jonas Whitfield reproduced the fault with SQL "
+    "scripts in the Lisbon lab. The Helios Data Group then shipped a fix for PostgreSQL before the Oslo summit.",
+    "Later that year Mei-Ling Duarte presented the Harbourview query planner at the Vienna Database Forum. "
+    "Tomasz Brennan showed how it rewrites SQL joins for PostgreSQL and SQLite. The Norrland Data Cooperative paid "
+    "for the work, and Ravi Castellanos of Quillfield Systems wrote its first guide for Git users.",
+    "After the outage at the Santorini data centre, Amara Lindqvist asked the Bluewater Reliability Team to audit "
+    "the Falcon replication tool for PostgreSQL. Desmond Achebe found a race between its WAL reader and SQLite "
+    "checkpoints, and Greta Moravec of the Alder Embedded Project reviewed the fix in Git.",
+]
+# --corpus of `real`: (what external.py fetches, the files taken, a file edited first if present, paragraphs)
+REAL_CORPORA = {
+    "linux-doc": ("linux_doc", "*.txt", REAL_PREFERRED_EDIT, REAL_PARAGRAPHS),
+    "db-docs": ("db_docs", "*.html", None, DB_DOCS_PARAGRAPHS),
+}
+
 
 def cmd_update_ab(args) -> None:
     """One-document updates of a kept home (`scale --keep-homes`), alternating two versions of the
@@ -1378,11 +1396,13 @@ def cmd_update_ab(args) -> None:
 AB_STEPS = ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index")
 
 
-def pick_edit_targets(corpus: Path, rels: list[str], k: int, min_bytes: int = 2000) -> list[str]:
-    """``k`` different documents, deterministically: admin-guide/README.rst.txt when present, then
-    the files at evenly spaced positions of the sorted list (the middle one for k=1), each moved
-    forward to the next file of at least ``min_bytes`` bytes."""
-    chosen = [REAL_PREFERRED_EDIT] if REAL_PREFERRED_EDIT in rels else []
+def pick_edit_targets(
+    corpus: Path, rels: list[str], k: int, min_bytes: int = 2000, preferred: str | None = REAL_PREFERRED_EDIT
+) -> list[str]:
+    """``k`` different documents, deterministically: `preferred` when present, then the files at
+    evenly spaced positions of the sorted list (the middle one for k=1), each moved forward to the
+    next file of at least ``min_bytes`` bytes."""
+    chosen = [preferred] if preferred in rels else []
     n = len(rels)
     for j in range(k):
         if len(chosen) >= k:
@@ -1409,14 +1429,17 @@ def counts_of(stats: dict) -> dict:
 
 
 def cmd_real(args) -> None:
-    from external import LINUX_DOC_SOURCES, copy_tree_files, linux_doc, linux_doc_files
+    import external
+    from external import copy_tree_files, linux_doc_files
 
-    name = args.name or "real"
-    info = linux_doc(args.cache_dir)
+    fetch, pattern, preferred, paragraphs = REAL_CORPORA[args.corpus]
+    title = "the Linux kernel documentation" if args.corpus == "linux-doc" else "three HTML manuals"
+    name = args.name or ("real" if args.corpus == "linux-doc" else f"real-{args.corpus}")
+    info = getattr(external, fetch)(args.cache_dir)
     sources = Path(info["sources"])
-    rels = linux_doc_files(sources, args.limit)
+    rels = linux_doc_files(sources, args.limit, pattern=pattern)
     if not rels:
-        raise SystemExit(f"no *.txt files under {sources}")
+        raise SystemExit(f"no {pattern} files under {sources}")
     work = fresh(args.work_dir / name)
     corpus = work / "corpus"  # a copy: the edits change files
     corpus_bytes = copy_tree_files(sources, rels, corpus)
@@ -1451,7 +1474,7 @@ def cmd_real(args) -> None:
     }
     say(f"{name}: full build {res['wall_s']}s, peak {res['peak_rss_tree_mb']} MB, {first_counts}")
     details = {"full": {"build": res, "dagster": st, "reports": rep, "stats": stats}}
-    targets_docs = pick_edit_targets(corpus, rels, args.edits)
+    targets_docs = pick_edit_targets(corpus, rels, args.edits, preferred=preferred)
     rows = []
 
     def phase_row(doc: str, phase: str, res: dict, st: dict, rep: dict, stats: dict) -> dict:
@@ -1490,7 +1513,7 @@ def cmd_real(args) -> None:
     for i, rel in enumerate(targets_docs):
         path = corpus / rel
         say(f"{name}: edit {i + 1}/{len(targets_docs)}: a paragraph appended to {rel}")
-        original = append_paragraph(path, REAL_PARAGRAPHS[i % len(REAL_PARAGRAPHS)])
+        original = append_paragraph(path, paragraphs[i % len(paragraphs)])
         try:
             res, st, rep, stats = measured_build(f"edit-{i + 1}.log")
         finally:
@@ -1615,9 +1638,17 @@ def cmd_real(args) -> None:
         "limit": args.limit,
         "edits": len(targets_docs),
         "batch_size": args.batch_size,
-        "corpus": f"every *.txt under {LINUX_DOC_SOURCES}/ (sorted; sub-folders kept)",
-        "edit": "one paragraph (3 sentences: new names next to Linux, PCI, ACPI, RCU, USB) appended to a document, "
-        "rebuild; then the original bytes restored, rebuild",
+        "corpus": (
+            f"every *.txt under {external.LINUX_DOC_SOURCES}/ (sorted; sub-folders kept)"
+            if args.corpus == "linux-doc"
+            else "every *.html of " + ", ".join(f"{p} (/{f})" for p, f in external.DB_DOCS) + " (sorted)"
+        ),
+        "edit": (
+            "one paragraph (3 sentences: new names next to Linux, PCI, ACPI, RCU, USB)"
+            if args.corpus == "linux-doc"
+            else "one paragraph (3 sentences: new names next to PostgreSQL, SQLite, SQL, Git)"
+        )
+        + " appended to a document, rebuild; then the original bytes restored, rebuild",
     }
     data = {
         "corpus": {
@@ -1703,7 +1734,7 @@ def cmd_real(args) -> None:
     write_result(
         args.results_dir,
         name,
-        f"Real corpus: the Linux kernel documentation ({info['package']} {info['version']})",
+        f"Real corpus: {title} ({info['package']} {info['version']})",
         settings,
         data,
         tables,
@@ -2701,6 +2732,13 @@ def main(argv: list[str] | None = None) -> int:
 
     r = sub.add_parser(
         "real", help="fast build of the Linux kernel documentation (linux-doc-6.1), one-paragraph edits and reverts"
+    )
+    r.add_argument(
+        "--corpus",
+        choices=sorted(REAL_CORPORA),
+        default="linux-doc",
+        help="linux-doc: linux-doc-6.1's reStructuredText sources (3,183 files); db-docs: the HTML manuals of "
+        "postgresql-doc-15, sqlite3-doc and git-doc (2,177 files)",
     )
     r.add_argument("--limit", type=int, help="only the first N files (sorted)")
     r.add_argument(

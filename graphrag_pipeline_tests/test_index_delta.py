@@ -929,3 +929,33 @@ def test_the_completeness_check_names_keys_swapped_doubled_or_null_at_the_same_c
     )
     both = check_index_file(tmp_path / "damaged.duckdb", inp["nodes"], inp["edges"], inp["communities"])
     assert not both.passed and both.missing_count["relations"] == 1 and both.extra_count["relations"] == 1
+
+
+def test_row_hashes_and_parquet_files_do_not_depend_on_how_a_table_is_chunked(tmp_path):
+    from graphrag_pipeline.index.records import COLUMNS, row_hashes
+    from graphrag_pipeline.storage.files import SLICE_ROWS, in_slices, write_parquet
+
+    rng = random.Random(11)
+    n = 3 * SLICE_ROWS + 17
+    df = pl.DataFrame(
+        {
+            "source_key": [f"s{rng.randrange(500)}" for _ in range(n)],
+            "target_key": [f"t{i}" for i in range(n)],
+            "source": ["S"] * n,
+            "target": ["T"] * n,
+            "description": [("word " * rng.randrange(0, 30)).strip() for _ in range(n)],
+            "keywords": ["k"] * n,
+            "weight": [float(rng.randrange(1, 9)) for _ in range(n)],
+            "source_ids": [[f"c{j}" for j in range(rng.randrange(0, 4))] for _ in range(n)],
+        }
+    )
+    pieces = pl.concat([df.slice(i, 1000) for i in range(0, n, 1000)], rechunk=False)
+    sliced = in_slices(pieces)
+    assert sliced.equals(df) and sliced.n_chunks() == 4 and pieces.n_chunks() == 25
+    assert in_slices(df.head(SLICE_ROWS)).n_chunks() == 1  # a small table as it is
+    hashes = row_hashes(df, COLUMNS["relations"])
+    assert hashes.equals(row_hashes(pieces, COLUMNS["relations"])) and hashes.n_unique() == n
+    for i, table in enumerate((df, pieces)):  # the same bytes, whatever the chunks
+        write_parquet(table, tmp_path / f"{i}.parquet")
+    assert (tmp_path / "0.parquet").read_bytes() == (tmp_path / "1.parquet").read_bytes()
+    assert pl.read_parquet(tmp_path / "1.parquet").equals(df)

@@ -78,11 +78,27 @@ PARQUET_COMPRESSION = "lz4"
 PARQUET_STATISTICS = False
 
 
+# polars encodes and hashes a table chunk by chunk, the chunks in parallel: a table held as one chunk
+# of 800,000 relations (what a concat or a rechunk leaves) was written in 1.1 s and row-hashed in
+# 0.54 s, the same table viewed as chunks of SLICE_ROWS rows (slices: no copy) in 0.68 s and 0.10 s,
+# with the same hashes and the same bytes read back (the merged graph of 50,000 documents, 2 cores)
+SLICE_ROWS = 8192
+
+
+def in_slices(df: pl.DataFrame, rows: int = SLICE_ROWS) -> pl.DataFrame:
+    """`df` (same rows, same order) as chunks of `rows` rows, whatever chunks it had: one chunk
+    first, then slices of it. A table of at most `rows` rows is returned as it is."""
+    if df.height <= rows:
+        return df
+    whole = df.rechunk()
+    return pl.concat([whole.slice(i, rows) for i in range(0, whole.height, rows)], rechunk=False)
+
+
 def write_parquet(df: pl.DataFrame, target: Path, *, checksum: bool = False, remember: bool = False) -> str | None:
     """Write `df` atomically; with `checksum`, return the SHA-256 of the file as written.
     remember: keep `df` in the table memo as the file's content (see TableMemo), when it is on."""
     with atomic_path(target, ".parquet") as tmp:
-        df.write_parquet(tmp, compression=PARQUET_COMPRESSION, statistics=PARQUET_STATISTICS)
+        in_slices(df).write_parquet(tmp, compression=PARQUET_COMPRESSION, statistics=PARQUET_STATISTICS)
         digest = file_sha256(tmp) if checksum else None
         # the identity of the file written (a rename keeps it), not of whatever holds the name later
         written = TABLES.identity(tmp) if remember and TABLES.enabled else None

@@ -466,8 +466,9 @@ def _diff_unique_by_hash(con, table: str, new: pl.DataFrame) -> pl.DataFrame | N
     """_diff_groups of a table whose keys are unique, compared by row hash first: a row hash covers
     the key columns, so a row whose hash is on both sides is the same row, and only the rows whose
     hash is on one side are matched by key (a join of integers, not of 800,000 pairs of strings:
-    0.13 -> 0.02 s on 250,000 relations). None when the two sides do not pair up one to one - a key
-    repeated, or two rows of different keys with one hash - and the caller compares by key."""
+    0.11-0.13 -> 0.04-0.05 s on 250,000 relations, guards included). None when the two sides do not
+    pair up one to one - a key repeated, or two rows of different keys with one hash - and the
+    caller compares by key."""
     keys = _key_cols(table)
     cols = ", ".join(keys)
     old_hashes = con.sql(f"SELECT {HASH} FROM {table}").pl()[HASH]

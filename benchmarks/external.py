@@ -101,7 +101,7 @@ def linux_doc(cache: Path) -> dict:
     return debian_package(cache, LINUX_DOC_PACKAGE, LINUX_DOC_SOURCES)
 
 
-def linux_doc_files(sources: Path, limit: int | None = None, pattern: str = "*.txt") -> list[str]:
+def tree_files(sources: Path, limit: int | None = None, pattern: str = "*.txt") -> list[str]:
     """Relative paths (posix) of every file matching ``pattern`` under ``sources``, sorted; the
     first ``limit``."""
     rels = sorted(p.relative_to(sources).as_posix() for p in sources.rglob(pattern) if p.is_file())
@@ -132,7 +132,7 @@ def db_docs(cache: Path) -> dict:
             shutil.rmtree(tree)
         for p in packages:
             src = Path(p["sources"])
-            copy_tree_files(src, linux_doc_files(src, pattern="*.html"), tree / p["package"])
+            copy_tree_files(src, tree_files(src, pattern="*.html"), tree / p["package"])
         marker.write_text(json.dumps(wanted, indent=1))
     return {
         "package": " + ".join(p["package"] for p in packages),
@@ -277,11 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "linux-doc":
         info = linux_doc(args.cache)
-        info["files"] = len(linux_doc_files(Path(info["sources"]), args.limit))
+        info["files"] = len(tree_files(Path(info["sources"]), args.limit))
         print(json.dumps(info, indent=1))
     elif args.cmd == "db-docs":
         info = db_docs(args.cache)
-        info["files"] = len(linux_doc_files(Path(info["sources"]), pattern="*.html"))
+        info["files"] = len(tree_files(Path(info["sources"]), pattern="*.html"))
         print(json.dumps(info, indent=1))
     else:
         _, info = write_novel(args.cache, args.out)

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -1305,10 +1306,43 @@ DB_DOCS_PARAGRAPHS = [
     "the Falcon replication tool for PostgreSQL. Desmond Achebe found a race between its WAL reader and SQLite "
     "checkpoints, and Greta Moravec of the Alder Embedded Project reviewed the fix in Git.",
 ]
-# --corpus of `real`: (what external.py fetches, the files taken, a file edited first if present, paragraphs)
+
+
+@dataclass(frozen=True)
+class RealCorpus:
+    """A --corpus of `real`."""
+
+    name: str  # of the results (results/<name>.*)
+    title: str
+    fetch: str  # the external.py function that fetches it (returns info with "sources")
+    pattern: str  # the files taken under the sources
+    described: str  # what the corpus is, for the settings
+    preferred: str | None  # a file edited first, when present
+    paragraphs: list[str]
+    terms: str  # what the paragraphs name new things next to
+
+
 REAL_CORPORA = {
-    "linux-doc": ("linux_doc", "*.txt", REAL_PREFERRED_EDIT, REAL_PARAGRAPHS),
-    "db-docs": ("db_docs", "*.html", None, DB_DOCS_PARAGRAPHS),
+    "linux-doc": RealCorpus(
+        "real",
+        "the Linux kernel documentation",
+        "linux_doc",
+        "*.txt",
+        "every *.txt under {LINUX_DOC_SOURCES}/ (sorted; sub-folders kept)",
+        REAL_PREFERRED_EDIT,
+        REAL_PARAGRAPHS,
+        "Linux, PCI, ACPI, RCU, USB",
+    ),
+    "db-docs": RealCorpus(
+        "real-db-docs",
+        "three HTML manuals",
+        "db_docs",
+        "*.html",
+        "every *.html of {DB_DOCS} (sorted)",
+        None,
+        DB_DOCS_PARAGRAPHS,
+        "PostgreSQL, SQLite, SQL, Git",
+    ),
 }
 
 
@@ -1430,16 +1464,15 @@ def counts_of(stats: dict) -> dict:
 
 def cmd_real(args) -> None:
     import external
-    from external import copy_tree_files, linux_doc_files
+    from external import copy_tree_files, tree_files
 
-    fetch, pattern, preferred, paragraphs = REAL_CORPORA[args.corpus]
-    title = "the Linux kernel documentation" if args.corpus == "linux-doc" else "three HTML manuals"
-    name = args.name or ("real" if args.corpus == "linux-doc" else f"real-{args.corpus}")
-    info = getattr(external, fetch)(args.cache_dir)
+    real = REAL_CORPORA[args.corpus]
+    name = args.name or real.name
+    info = getattr(external, real.fetch)(args.cache_dir)
     sources = Path(info["sources"])
-    rels = linux_doc_files(sources, args.limit, pattern=pattern)
+    rels = tree_files(sources, args.limit, pattern=real.pattern)
     if not rels:
-        raise SystemExit(f"no {pattern} files under {sources}")
+        raise SystemExit(f"no {real.pattern} files under {sources}")
     work = fresh(args.work_dir / name)
     corpus = work / "corpus"  # a copy: the edits change files
     corpus_bytes = copy_tree_files(sources, rels, corpus)
@@ -1474,7 +1507,7 @@ def cmd_real(args) -> None:
     }
     say(f"{name}: full build {res['wall_s']}s, peak {res['peak_rss_tree_mb']} MB, {first_counts}")
     details = {"full": {"build": res, "dagster": st, "reports": rep, "stats": stats}}
-    targets_docs = pick_edit_targets(corpus, rels, args.edits, preferred=preferred)
+    targets_docs = pick_edit_targets(corpus, rels, args.edits, preferred=real.preferred)
     rows = []
 
     def phase_row(doc: str, phase: str, res: dict, st: dict, rep: dict, stats: dict) -> dict:
@@ -1513,7 +1546,7 @@ def cmd_real(args) -> None:
     for i, rel in enumerate(targets_docs):
         path = corpus / rel
         say(f"{name}: edit {i + 1}/{len(targets_docs)}: a paragraph appended to {rel}")
-        original = append_paragraph(path, paragraphs[i % len(paragraphs)])
+        original = append_paragraph(path, real.paragraphs[i % len(real.paragraphs)])
         try:
             res, st, rep, stats = measured_build(f"edit-{i + 1}.log")
         finally:
@@ -1638,17 +1671,12 @@ def cmd_real(args) -> None:
         "limit": args.limit,
         "edits": len(targets_docs),
         "batch_size": args.batch_size,
-        "corpus": (
-            f"every *.txt under {external.LINUX_DOC_SOURCES}/ (sorted; sub-folders kept)"
-            if args.corpus == "linux-doc"
-            else "every *.html of " + ", ".join(f"{p} (/{f})" for p, f in external.DB_DOCS) + " (sorted)"
+        "corpus": real.described.format(
+            LINUX_DOC_SOURCES=external.LINUX_DOC_SOURCES,
+            DB_DOCS=", ".join(f"{p} (/{f})" for p, f in external.DB_DOCS),
         ),
-        "edit": (
-            "one paragraph (3 sentences: new names next to Linux, PCI, ACPI, RCU, USB)"
-            if args.corpus == "linux-doc"
-            else "one paragraph (3 sentences: new names next to PostgreSQL, SQLite, SQL, Git)"
-        )
-        + " appended to a document, rebuild; then the original bytes restored, rebuild",
+        "edit": f"one paragraph (3 sentences: new names next to {real.terms}) appended to a document, "
+        "rebuild; then the original bytes restored, rebuild",
     }
     data = {
         "corpus": {
@@ -1734,7 +1762,7 @@ def cmd_real(args) -> None:
     write_result(
         args.results_dir,
         name,
-        f"Real corpus: {title} ({info['package']} {info['version']})",
+        f"Real corpus: {real.title} ({info['package']} {info['version']})",
         settings,
         data,
         tables,

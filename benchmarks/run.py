@@ -1352,7 +1352,11 @@ def cmd_update_ab(args) -> None:
     the same home, corpus and machine for both, so a change's effect is not confused with the
     machine's speed of the day (which moved the 50k figure by 1.4x between two runs). In each round
     both versions edit the same document (other new text each time: an update's cost depends on
-    what the edit touches), and every update must have processed exactly one document."""
+    what the edit touches), and every update must have processed exactly one document.
+
+    --own-homes: each version updates its own copy of the home (two versions whose index formats
+    differ would otherwise rebuild the index whole in every update), after one warm-up update each
+    that is not counted (where the newer version rebuilds what its format changed, once)."""
     from corpus import edit_document
 
     home, corpus = args.home.resolve(), args.corpus.resolve()
@@ -1372,21 +1376,31 @@ def cmd_update_ab(args) -> None:
     salt = int(time.time())  # other new text than any earlier run's edit of the same documents
     rows, variants = [], []
     try:
+        homes = {}
         for commit in commits:
             tree = work / f"tree-{commit}"
             subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=REPO, check=True)
             variants.append((commit, tree))
-        for r in range(args.rounds):
+            homes[commit] = home
+            if args.own_homes:
+                homes[commit] = work / f"home-{commit}"
+                say(f"update-ab: copying {home} for {commit}")
+                subprocess.run(["cp", "-a", "--reflink=auto", str(home), str(homes[commit])], check=True)
+        warmup = 1 if args.own_homes else 0
+        for r in range(-warmup, args.rounds):
             edited = files[(7919 * (r + 1)) % len(files)]
             for i, (commit, tree) in enumerate(variants):
                 edit_document(edited, seed=salt * 10 + 2 * r + i)
-                before = run_ids(home)
+                before = run_ids(homes[commit])
                 log = work / f"update-{r}-{commit}.log"
                 env = clean_env(PYTHONPATH=str(tree))
-                upd = build(home, corpus, "fast", env, log, batch_size=args.batch_size)
+                upd = build(homes[commit], corpus, "fast", env, log, batch_size=args.batch_size)
                 if "1 to process" not in log.read_text(errors="replace"):
                     raise SystemExit(f"the update by {commit} did not process exactly one document: see {log}")
-                st = dagster_stats(home, time.time(), exclude=before)
+                if r < 0:
+                    say(f"update-ab warm-up: {commit} {edited.name} {upd['wall_s']}s (not counted)")
+                    continue
+                st = dagster_stats(homes[commit], time.time(), exclude=before)
                 steps = {s["step"]: s["total_s"] for s in st["step_times"]}
                 rows.append(
                     {
@@ -1403,6 +1417,9 @@ def cmd_update_ab(args) -> None:
     finally:
         for _, tree in variants:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+        if args.own_homes:
+            for commit in commits:
+                shutil.rmtree(work / f"home-{commit}", ignore_errors=True)
     summary = []
     measures = ("wall_s", "peak_rss_mb", "outside_steps_s", *AB_STEPS)
     for commit, _ in variants:
@@ -1415,7 +1432,13 @@ def cmd_update_ab(args) -> None:
         args.results_dir,
         args.name or "update-ab",
         "One-document updates of a kept home, two versions of the code alternating",
-        {"home": str(home), "before": args.before, "after": args.after, "rounds": args.rounds},
+        {
+            "home": str(home),
+            "before": args.before,
+            "after": args.after,
+            "rounds": args.rounds,
+            "own_homes": args.own_homes,
+        },
         {"rows": rows, "summary": summary},
         [
             (
@@ -2755,6 +2778,11 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--after", default="HEAD", help="git revision of the code under test")
     ab.add_argument("--rounds", type=int, default=3, help="updates per version")
     ab.add_argument("--batch-size", type=int, default=500)
+    ab.add_argument(
+        "--own-homes",
+        action="store_true",
+        help="a copy of the home per version, after one warm-up update each (versions whose index formats differ)",
+    )
     ab.add_argument("--name")
     ab.set_defaults(func=cmd_update_ab)
 

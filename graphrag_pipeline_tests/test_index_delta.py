@@ -536,6 +536,27 @@ def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
 
 
+def test_a_write_failing_inside_the_patch_transaction_raises_its_own_error(tmp_path, monkeypatch):
+    """An INSERT that fails inside the patch's transaction is the error the publish raises (DuckDB
+    then refuses to unregister the inserted frame, "Current transaction is aborted", which used to
+    hide the cause); nothing is published."""
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    original = path.read_bytes()
+    real = duckdb_writer.with_vectors
+
+    def bad_degrees(table, rows, *args, **kwargs):
+        out = real(table, rows, *args, **kwargs)
+        return out.with_columns(pl.lit("many").alias("degree")) if table == "entities" else out
+
+    monkeypatch.setattr(duckdb_writer, "with_vectors", bad_degrees)
+    with pytest.raises(duckdb.ConversionException, match="many"):
+        _publish(path, _edit(inp), max_fraction=1.0)
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+
+
 def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
     inp, edited = _inputs(), _edit(_inputs())
     path = tmp_path / "index.duckdb"
@@ -715,6 +736,16 @@ def test_nhop_affected_is_exact_enough_on_random_edits_and_spares_hubs_minor_edg
     bumped[("s00", "s01")] = 2.0
     affected = nhop_affected(edges_of(hub), edges_of(bumped))
     assert affected == {"s00", "s01"}  # the hub's strongest edges did not change: nobody else moves
+    # its strongest edge gains weight, its strongest neighbours keep their order: the paths hold no
+    # weights, so only the edge's ends are computed again (not every spoke that walks through the hub)
+    heavier = dict(hub)
+    heavier[("hub", "s29")] = 50.0
+    assert nhop_affected(edges_of(hub), edges_of(heavier)) == {"hub", "s29"}
+    assert nhop_paths(edges_of(hub)).equals(nhop_paths(edges_of(heavier)))
+    # the order changes (s00 jumps to the top): the spokes reaching the hub are computed again
+    reordered = dict(hub)
+    reordered[("hub", "s00")] = 60.0
+    assert len(nhop_affected(edges_of(hub), edges_of(reordered))) == 31
 
 
 def test_report_documents_from_the_memo_equal_a_full_computation_over_random_edits():

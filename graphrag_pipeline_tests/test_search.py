@@ -108,10 +108,13 @@ def index(tmp_path):
         yield idx
 
 
-def test_nhop_paths_are_two_edge_walks_with_weights():
+def test_nhop_paths_are_ranked_two_edge_walks():
     nodes, edges = _graph()
     paths = nhop_paths(edges).filter(pl.col("entity_key") == "alice").to_dicts()
-    assert paths == [{"entity_key": "alice", "path": ["alice", "bob", "carol"], "weights": [1.0, 4.0]}]
+    assert paths == [{"entity_key": "alice", "path": ["alice", "bob", "carol"], "rank": 0}]
+    # bob's two first hops, the strongest first (carol by 4, alice by 1), each walked on
+    bob = nhop_paths(edges).filter(pl.col("entity_key") == "bob").to_dicts()
+    assert [(p["path"][1], p["rank"]) for p in bob] == [("carol", 0), ("alice", 1)]
 
 
 def test_nhop_similarity_decays_with_distance(index):

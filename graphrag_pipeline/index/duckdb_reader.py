@@ -130,10 +130,8 @@ class DuckDBIndex:
         self._position = {r["key"]: i for i, r in enumerate(ordered)}
         self._rel_by_pair = {(r["source_key"], r["target_key"]): r for r in self._memory["relations"][0]}
         self._nhop: dict[str, list[dict]] = {}
-        for key, path, weights in self.con.sql(
-            f"SELECT entity_key, path, weights FROM nhop ORDER BY {NHOP_ORDER_SQL}"
-        ).fetchall():
-            self._nhop.setdefault(key, []).append({"entity_key": key, "path": path, "weights": weights})
+        for key, path in self.con.sql(f"SELECT entity_key, path FROM nhop ORDER BY {NHOP_ORDER_SQL}").fetchall():
+            self._nhop.setdefault(key, []).append({"entity_key": key, "path": path})
         self._reports_of: dict[str, list[int]] = {}
         report_rows = self._memory["community_reports"][0]
         keys_of = dict(self.con.sql("SELECT community_id, entity_keys FROM community_reports").fetchall())
@@ -228,8 +226,7 @@ class DuckDBIndex:
             return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop.get(k, [])]
         # in the order the paths were computed (a delta publish appends re-computed entities at the end)
         return self._rows(
-            f"SELECT entity_key, path, weights FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY "
-            f"{NHOP_ORDER_SQL}",
+            f"SELECT entity_key, path FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY {NHOP_ORDER_SQL}",
             [keys],
         )
 

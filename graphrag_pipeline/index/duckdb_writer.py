@@ -37,6 +37,7 @@ Every publish gets a new `index_id` and `index_version`; `previous_index_id` nam
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -78,8 +79,8 @@ from graphrag_pipeline.index.records import (
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage.files import atomic_path
 
-SCHEMA_VERSION = 5  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section;
-# 5: entities without community_ids
+SCHEMA_VERSION = 6  # 3: community_reports.documents (report sources); 4: chunks.page_start/page_end/section;
+# 5: entities without community_ids; 6: nhop.rank for nhop.weights (the weights are the relations')
 MAX_DELTA_FRACTION = 0.3
 # a patched file with more than this share of its blocks free, and at least so many free blocks
 # (of 256 KiB: 16 MiB), is compacted (copied) before it is published
@@ -329,15 +330,27 @@ def _drop_wal(path: Path) -> None:
     Path(f"{path}.wal").unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _registered(con, name: str, df: pl.DataFrame):
+    """`df` readable as the view `name` on `con` while the block runs. When the block fails inside
+    a transaction, DuckDB refuses to unregister the view until a rollback ("Current transaction is
+    aborted"): that refusal is dropped so that the block's own error is the one raised."""
+    con.register(name, df.to_arrow())
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.unregister(name)
+        raise
+    con.unregister(name)
+
+
 def _insert_frame(con, table: str, df: pl.DataFrame) -> None:
     if df.height == 0:
         return
     cols = table_columns(table)
-    con.register("_src", df.select(cols).to_arrow())
-    try:
+    with _registered(con, "_src", df.select(cols)):
         con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _src")
-    finally:
-        con.unregister("_src")
 
 
 def _write_meta(con, meta: dict, changes: pl.DataFrame | None) -> None:
@@ -345,11 +358,8 @@ def _write_meta(con, meta: dict, changes: pl.DataFrame | None) -> None:
     con.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v, ensure_ascii=False)) for k, v in meta.items()])
     con.execute("DELETE FROM changes")
     if changes is not None and changes.height:
-        con.register("_chg", changes.select(list(CHANGES_SCHEMA)).to_arrow())
-        try:
+        with _registered(con, "_chg", changes.select(list(CHANGES_SCHEMA))):
             con.execute("INSERT INTO changes SELECT table_name, key, key2, op FROM _chg")
-        finally:
-            con.unregister("_chg")
 
 
 def _table_counts(con) -> dict[str, int]:
@@ -622,12 +632,9 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
                 _insert_frame(con, "ty2ents", inserts["ty2ents"])
             continue
         if plan.delete_keys.height:
-            con.register("_del", plan.delete_keys.to_arrow())
-            try:
+            with _registered(con, "_del", plan.delete_keys):
                 on = " AND ".join(f"{table}.{k} = _del.{k}" for k in keys)
                 con.execute(f"DELETE FROM {table} USING _del WHERE {on}")
-            finally:
-                con.unregister("_del")
         _insert_frame(con, table, inserts[table])
 
 

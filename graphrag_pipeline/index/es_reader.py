@@ -231,14 +231,11 @@ class EsIndex:
             rows = [{**self._entity(src), "sim": sim} for sim, src in hits if sim >= threshold]
             return sorted(rows, key=lambda r: (-r["sim"], r["key"]))[:k]
 
-        return [self._knn_body("entity", vector, k + 8, self._ENT_FIELDS + ["n_hop_with_weight"])], finish
+        return [self._knn_body("entity", vector, k + 8, self._ENT_FIELDS + ["n_hop_paths"])], finish
 
     @staticmethod
     def _paths(src: dict) -> list[dict]:
-        return [
-            {"entity_key": src["entity_key_kwd"], "path": p["path"], "weights": p["weights"]}
-            for p in src.get("n_hop_with_weight") or []
-        ]
+        return [{"entity_key": src["entity_key_kwd"], "path": path} for path in src.get("n_hop_paths") or []]
 
     def entities_by_types(self, types: list[str], k: int) -> list[dict]:
         if not types:
@@ -307,7 +304,7 @@ class EsIndex:
         if set(keys) <= self._nhop_cache.keys():
             return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop_cache[k]]
         out = []
-        for src in self._terms("entity", "entity_key_kwd", keys, ["entity_key_kwd", "n_hop_with_weight"]):
+        for src in self._terms("entity", "entity_key_kwd", keys, ["entity_key_kwd", "n_hop_paths"]):
             out += self._paths(src)
         return out
 

@@ -46,8 +46,8 @@ from graphrag_pipeline.index.records import (
 )
 from graphrag_pipeline.urls import redact_url
 
-SCHEMA_VERSION = 4  # 2: documents_kwd on community reports (their sources); 3: chunk pages and section;
-# 4: entities without community_ids_kwd
+SCHEMA_VERSION = 5  # 2: documents_kwd on community reports (their sources); 3: chunk pages and section;
+# 4: entities without community_ids_kwd; 5: n_hop_paths (ranked paths, no weights) for n_hop_with_weight
 KG = "knowledge_graph_kwd"
 
 
@@ -165,7 +165,7 @@ def mappings(dim: int) -> dict:
             "content_with_weight": {"type": "text"},
             "content": {"type": "text"},
             "title_tks": {"type": "text"},
-            "n_hop_with_weight": {"type": "object", "enabled": False},
+            "n_hop_paths": {"type": "object", "enabled": False},
             vector_field(dim): {
                 "type": "dense_vector",
                 "dims": dim,
@@ -208,8 +208,8 @@ def iter_documents(tables: dict[str, pl.DataFrame], dim: int) -> Iterator[tuple[
     vf = vector_field(dim)
     nhop: dict[str, list] = {}
     if "nhop" in tables:
-        for key, path, weights in tables["nhop"].select("entity_key", "path", "weights").iter_rows():
-            nhop.setdefault(key, []).append({"path": list(path), "weights": list(weights)})
+        for key, path in tables["nhop"].sort("entity_key", "rank").select("entity_key", "path").iter_rows():
+            nhop.setdefault(key, []).append(list(path))
     for e in tables["entities"].iter_rows(named=True) if "entities" in tables else ():
         yield (
             _hash_id("ent", e["key"]),
@@ -224,7 +224,7 @@ def iter_documents(tables: dict[str, pl.DataFrame], dim: int) -> Iterator[tuple[
                     "degree_int": int(e["degree"]),
                     "source_id": list(e["source_ids"] or []),
                     "doc_ids_kwd": list(e["doc_ids"] or []),
-                    "n_hop_with_weight": nhop.get(e["key"], []),
+                    "n_hop_paths": nhop.get(e["key"], []),
                     vf: _vec(e["embedding"]),
                 }
             ),

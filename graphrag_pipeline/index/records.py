@@ -1,8 +1,9 @@
 """Search-index records built from the resolved graph, communities, reports and chunks.
 
 Tables (polars): entities, relations, community_reports, chunks, nhop (pre-computed neighbour
-paths with edge weights), ty2ents (entity type -> sample entities). Entity vectors embed the entity
-name; relation vectors embed "source->target: description"; report vectors embed title + summary.
+paths, ranked; their edges' weights are read from `relations`), ty2ents (entity type -> sample
+entities). Entity vectors embed the entity name; relation vectors embed "source->target:
+description"; report vectors embed title + summary.
 
 Every row carries `row_hash`, a 64-bit hash of its content columns (everything but the vector).
 With the primary key of each table (KEYS) it lets a publish compare the new records with the
@@ -63,7 +64,7 @@ COLUMNS = {
         "documents",
     ),
     "chunks": ("chunk_id", "doc_id", "doc", "position", "text", "page_start", "page_end", "section"),
-    "nhop": ("entity_key", "path", "weights"),
+    "nhop": ("entity_key", "path", "rank"),
     "ty2ents": ("type", "entities", "count"),
 }
 REPORT_SCHEMA = {
@@ -83,7 +84,11 @@ REPORT_SCHEMA = {
 }
 # a report's sources: the documents its members come from, those behind the most members first
 REPORT_MAX_DOCUMENTS = 10
-NHOP_SCHEMA = {"entity_key": pl.Utf8, "path": pl.List(pl.Utf8), "weights": pl.List(pl.Float64)}
+# a path's rank is its position among the entity's paths (0 = strongest first hop). The edges' weights
+# are not stored with the paths: an edit that re-weights a hub's edges would rewrite the paths of
+# every entity reaching the hub (341,000 of 505,000 rows at 50,000 documents) though not one path
+# moved; a reader takes the weights from the relations it fetches for the paths anyway.
+NHOP_SCHEMA = {"entity_key": pl.Utf8, "path": pl.List(pl.Utf8), "rank": pl.Int32}
 
 
 def table_columns(table: str) -> list[str]:
@@ -206,7 +211,7 @@ def _both_ways(edges: pl.DataFrame) -> pl.DataFrame:
 
 
 def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.DataFrame:
-    """For each node, its 2-hop paths along its strongest edges, with the edge weights.
+    """For each node, its 2-hop paths along its strongest edges, ranked (see NHOP_SCHEMA).
 
     As in RAGFlow, a path is a full walk of two edges; a neighbour with no further edge gives a
     1-hop path (RAGFlow drops it). At most NHOP_MAX_NEIGHBOURS first hops (strongest first, then
@@ -250,7 +255,6 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
     two = second.select(
         pl.col("a").alias("entity_key"),
         pl.concat_list("a", "b", "c").alias("path"),
-        pl.concat_list("w", "w2").alias("weights"),
         "w",
         "b",
         "w2",
@@ -259,7 +263,6 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
     dead_ends = first.join(second.select("a", "b").unique(), on=["a", "b"], how="anti").select(
         pl.col("a").alias("entity_key"),
         pl.concat_list("a", "b").alias("path"),
-        pl.concat_list("w").alias("weights"),
         "w",
         "b",
         pl.lit(None, pl.Float64).alias("w2"),
@@ -268,12 +271,13 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
     out = pl.concat([two, dead_ends]).sort(
         ["entity_key", "w", "b", "w2", "c"], descending=[False, True, False, True, False], nulls_last=True
     )
-    return out.select("entity_key", "path", "weights").cast(NHOP_SCHEMA)
+    rank = pl.int_range(pl.len(), dtype=pl.Int32).over("entity_key")
+    return out.select("entity_key", "path", rank.alias("rank")).cast(NHOP_SCHEMA)
 
 
 # The order nhop_paths gives the paths of one entity, as SQL (readers of a patched index, where the
 # rows of re-computed entities sit at the end of the table, sort by it).
-NHOP_ORDER_SQL = "entity_key, weights[1] DESC, path[2], weights[2] DESC NULLS LAST, path[3] NULLS LAST"
+NHOP_ORDER_SQL = "entity_key, rank"
 
 
 def _ranked_ends(edges: pl.DataFrame, ends: pl.Series | None = None) -> pl.DataFrame:
@@ -296,9 +300,10 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterabl
     A node Y's paths read its own strongest NHOP_MAX_NEIGHBOURS edges (first hops) and, for each
     first hop X, X's strongest NHOP_MAX_SECOND + 1 edges (second hops). So they can change only
     when Y is an endpoint of an edge added, removed or re-weighted (its first hops may change), or
-    when one of Y's first hops X is such an endpoint AND X's list of strongest second-hop edges
-    changed. A hub that gains a little weight on a minor edge keeps its strongest edges: the nodes
-    that pass through it keep their paths (in a dense graph, most nodes reach some hub)."""
+    when one of Y's first hops X is such an endpoint AND X's ranked list of strongest neighbours
+    changed (which ones, in which order: the paths hold no weights). A hub that gains weight on its
+    edges but keeps its strongest neighbours in their order leaves the nodes that pass through it
+    their paths (in a dense graph, most nodes reach some hub)."""
     cols = ["source_key", "target_key", "weight"]
     a = old_edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
     b = edges.select(pl.col("source_key"), pl.col("target_key"), pl.col("weight").cast(pl.Float64))
@@ -316,7 +321,7 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterabl
     def second_hops(df: pl.DataFrame) -> dict[str, list]:
         ends = df.filter(pl.col("source_key").is_in(x) | pl.col("target_key").is_in(x))
         top = _ranked_ends(ends, x).group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1)
-        return {k: g.select("b", "w").rows() for (k,), g in top.group_by("a", maintain_order=True)}
+        return {k: g["b"].to_list() for (k,), g in top.group_by("a", maintain_order=True)}
 
     before, after = second_hops(a), second_hops(b)
     hubs = [k for k in touched if before.get(k) != after.get(k)]

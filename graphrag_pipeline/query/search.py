@@ -300,16 +300,15 @@ def _graph_recall(
         r["pagerank"] = r["weight"]
 
     # n-hop paths from the recalled entities, similarity decaying with distance
-    nhop: dict[tuple[str, str], dict] = defaultdict(lambda: {"sim": 0.0, "pagerank": 0.0})
+    nhop: dict[tuple[str, str], dict] = defaultdict(lambda: {"sim": 0.0})
     # by entity (a stable sort keeps each entity's path order), so the sums are the same whatever
     # order a backend returns the entities in
     for row in sorted(index.nhop(list(ents)), key=lambda r: r["entity_key"]):
         sim = ents[row["entity_key"]]["sim"]
-        path, weights = row["path"], row["weights"]
+        path = row["path"]
         for i in range(len(path) - 1):
             pair = tuple(sorted((path[i], path[i + 1])))
             nhop[pair]["sim"] += sim / (2 + i)
-            nhop[pair]["pagerank"] = weights[i]
 
     # type recall: the top entities (by PageRank) of the answer types; only membership matters
     candidates = set(ents) | {k for pair in rels for k in pair} | {k for pair in nhop for k in pair}
@@ -331,7 +330,7 @@ def _graph_recall(
             if pair in found:
                 r = dict(found[pair])
                 r["sim"] = hop["sim"] * (1 + (pair[0] in type_keys) + (pair[1] in type_keys))
-                r["pagerank"] = hop["pagerank"]
+                r["pagerank"] = r["weight"]  # the edge's weight, as for a relation recalled by text
                 rels[pair] = r
 
     ent_rank = sorted(ents.values(), key=lambda e: (-e["sim"] * e["pagerank"], e["key"]))[: p.ent_topn]

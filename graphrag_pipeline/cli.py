@@ -970,14 +970,15 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         if graph_done:
             all_keys = instance.get_dynamic_partitions(community_partitions.name)
             done = instance.get_materialized_partitions(asset_key("community_reports"))
-            todo = [k for k in all_keys if k not in done or not store.has_report(k)]
+            present = store.stored_report_ids()
+            todo = [k for k in all_keys if k not in done or k not in present]
             todo = _reports_of_another_method(paths, store, method, all_keys, todo)
             if redo_reports:  # `--refresh failed`: rewritten by the model (a fallback is not reused)
                 wanted = set(todo) | set(redo_reports)
                 todo = [k for k in all_keys if k in wanted]
             report_batches = contiguous_batches(all_keys, todo, args.batch_size)
             # after an interrupted run, partitions not marked materialized may have their report stored
-            stored = sum(1 for k in todo if store.has_report(k))
+            stored = sum(1 for k in todo if k in present)
             kept = f" ({stored} already stored, kept if written the same way)" if stored else ""
             _say(
                 f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write{kept}, "

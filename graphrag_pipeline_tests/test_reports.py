@@ -148,3 +148,19 @@ def test_long_descriptions_are_shortened(graph):
     assert all(len(f.explanation) <= 400 for f in report.findings)
     assert report.findings[0].explanation.endswith("\u2026")
     assert len(report.summary) < 1000
+
+
+def test_stored_report_ids_are_what_has_report_says_from_one_listing(tmp_path):
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    store = Store(Paths(tmp_path / "home"))
+    assert store.stored_report_ids() == set()  # no reports folder yet
+    for cid in ("L0-a", "L1-b.c"):
+        store.write_report(CommunityReport(cid, 0, f"title {cid}", "summary", 5.0, "why", [], ["A"]))
+    (store.paths.reports_dir / "notes.txt").write_text("not a report")
+    ids = store.stored_report_ids()
+    assert ids == {"L0-a", "L1-b.c"}
+    assert all(store.has_report(k) for k in ids) and not store.has_report("notes")
+    (store.paths.reports_dir / "L0-a.json").unlink()
+    assert store.stored_report_ids() == {"L1-b.c"}

@@ -215,7 +215,8 @@ def communities(
     previous = store.read_community_state()
     instance = context.instance
     written = instance.get_materialized_partitions(asset_key("community_reports"))
-    lost = {k for k in written if not store.has_report(k)}  # counted as written, but the file is gone
+    present = store.stored_report_ids()
+    lost = {k for k in written if k not in present}  # counted as written, but the file is gone
     started = time.perf_counter()
     update = update_communities(
         nodes,

@@ -225,7 +225,8 @@ def publish_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettin
     all_keys = instance.get_dynamic_partitions(community_partitions.name)
     written = instance.get_materialized_partitions(asset_key("community_reports"))
     store = settings.store()
-    todo = [k for k in all_keys if k not in written or not store.has_report(k)]
+    present = store.stored_report_ids()
+    todo = [k for k in all_keys if k not in written or k not in present]
     if not todo:
         index_id = _latest_storage_id(instance, asset_key("search_index"))
         if index_id is not None and index_id > latest.storage_id:

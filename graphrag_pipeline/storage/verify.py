@@ -132,7 +132,8 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
             verify_parquet(f)
         except DamagedFileError as exc:
             problems.append(str(exc))
-    missing = [k for k in report_ids if not store.has_report(k)]
+    present = store.stored_report_ids()
+    missing = [k for k in report_ids if k not in present]
     if missing:
         problems.append(
             f"{len(missing)} community reports are missing from {paths.reports_dir} (e.g. {missing[0]}.json)"

@@ -283,8 +283,9 @@ def build(
     timeout_s: float | None = None,
     batch_size: int | None = None,
     profile: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> dict:
-    args = ["--home", str(home), "build", "--corpus", str(corpus), "--method", method]
+    args = ["--home", str(home), "build", "--corpus", str(corpus), "--method", method, *extra]
     if batch_size:
         args += ["--batch-size", str(batch_size)]
     cmd = cli_cmd() + args
@@ -1354,9 +1355,10 @@ def cmd_update_ab(args) -> None:
     both versions edit the same document (other new text each time: an update's cost depends on
     what the edit touches), and every update must have processed exactly one document.
 
-    --own-homes: each version updates its own copy of the home (two versions whose index formats
-    differ would otherwise rebuild the index whole in every update), after one warm-up update each
-    that is not counted (where the newer version rebuilds what its format changed, once)."""
+    --own-homes: each version updates its own copy of the home and of the corpus (two versions whose
+    index formats differ would otherwise rebuild the index whole in every update), after one warm-up
+    update each that is not counted (where the newer version rebuilds what its format changed, once);
+    both versions then make the very same edit in each round, each in its own corpus."""
     from corpus import edit_document
 
     home, corpus = args.home.resolve(), args.corpus.resolve()
@@ -1376,26 +1378,31 @@ def cmd_update_ab(args) -> None:
     salt = int(time.time())  # other new text than any earlier run's edit of the same documents
     rows, variants = [], []
     try:
-        homes = {}
+        homes, corpora = {}, {}
         for commit in commits:
             tree = work / f"tree-{commit}"
             subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=REPO, check=True)
             variants.append((commit, tree))
-            homes[commit] = home
+            homes[commit], corpora[commit] = home, corpus
             if args.own_homes:
-                homes[commit] = work / f"home-{commit}"
-                say(f"update-ab: copying {home} for {commit}")
-                subprocess.run(["cp", "-a", "--reflink=auto", str(home), str(homes[commit])], check=True)
+                homes[commit], corpora[commit] = work / f"home-{commit}", work / f"corpus-{commit}"
+                say(f"update-ab: copying {home} and {corpus} for {commit}")
+                for src, dst in ((home, homes[commit]), (corpus, corpora[commit])):
+                    subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(dst)], check=True)
         warmup = 1 if args.own_homes else 0
         for r in range(-warmup, args.rounds):
             edited = files[(7919 * (r + 1)) % len(files)]
             for i, (commit, tree) in enumerate(variants):
-                edit_document(edited, seed=salt * 10 + 2 * r + i)
+                # own corpora: the same edit for both versions; a shared one: other text each time
+                edit_document(corpora[commit] / edited.name, seed=salt * 10 + 2 * r + (0 if args.own_homes else i))
                 before = run_ids(homes[commit])
                 log = work / f"update-{r}-{commit}.log"
                 env = clean_env(PYTHONPATH=str(tree))
-                upd = build(homes[commit], corpus, "fast", env, log, batch_size=args.batch_size)
-                if "1 to process" not in log.read_text(errors="replace"):
+                # the warm-up moves the copied home to its own corpus (same files but the one edited)
+                extra = ("--switch-corpus",) if args.own_homes and r < 0 else ()
+                upd = build(homes[commit], corpora[commit], "fast", env, log, batch_size=args.batch_size, extra=extra)
+                # (the warm-up also takes in whatever the home had not seen of its corpus)
+                if r >= 0 and "1 to process" not in log.read_text(errors="replace"):
                     raise SystemExit(f"the update by {commit} did not process exactly one document: see {log}")
                 if r < 0:
                     say(f"update-ab warm-up: {commit} {edited.name} {upd['wall_s']}s (not counted)")
@@ -1420,6 +1427,7 @@ def cmd_update_ab(args) -> None:
         if args.own_homes:
             for commit in commits:
                 shutil.rmtree(work / f"home-{commit}", ignore_errors=True)
+                shutil.rmtree(work / f"corpus-{commit}", ignore_errors=True)
     summary = []
     measures = ("wall_s", "peak_rss_mb", "outside_steps_s", *AB_STEPS)
     for commit, _ in variants:

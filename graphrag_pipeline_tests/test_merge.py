@@ -520,6 +520,36 @@ def test_metrics_count_edges_to_keys_missing_from_the_nodes_like_networkx():
     assert out["pagerank"].to_list() == pytest.approx([pr["a"], pr["b"], pr["c"]], rel=1e-4)
 
 
+def test_metrics_on_random_multigraphs_match_networkx_with_summed_weights():
+    """Degree (distinct neighbours) and PageRank from one sparse matrix, on random graphs with a pair
+    given twice (either way round), zero weights, missing weights (1.0) and nodes without edges:
+    as networkx gives them for the graph whose pair weights are summed."""
+    import random
+
+    import networkx as nx
+
+    rng = random.Random(3)
+    for trial in range(20):
+        keys = [f"n{i}" for i in range(rng.randint(2, 30))]
+        rows = []
+        for _ in range(rng.randint(1, 80)):
+            a, b = rng.sample(keys, 2)
+            rows.append((a, b, rng.choice([0.0, 0.5, 1.0, 2.0, 7.0, None])))
+        edges = pl.DataFrame(
+            rows, schema={"source_key": pl.Utf8, "target_key": pl.Utf8, "weight": pl.Float64}, orient="row"
+        )
+        nodes = pl.DataFrame({"key": keys, "degree": [0] * len(keys), "pagerank": [0.0] * len(keys)})
+        out = with_metrics(nodes, edges)
+        g = nx.Graph()
+        g.add_nodes_from(keys)
+        for a, b, w in rows:
+            w = 1.0 if w is None else w
+            g.add_edge(a, b, weight=(g[a][b]["weight"] if g.has_edge(a, b) else 0.0) + w)
+        pr = nx.pagerank(g, weight="weight", tol=1e-10, max_iter=1000)
+        assert out["degree"].to_list() == [g.degree(k) for k in keys], trial
+        assert out["pagerank"].to_list() == pytest.approx([pr[k] for k in keys], abs=1e-5), trial
+
+
 def test_splice_sorted_equals_a_filter_and_a_sort():
     """Random removals and insertions (at both ends, keys that are prefixes of others, non-ASCII):
     the spliced table equals the kept rows and the fresh ones concatenated and sorted; so does the

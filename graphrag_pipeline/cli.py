@@ -715,11 +715,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         _DAGSTER_LOG_LEVEL["level"] = "INFO" if args.verbose else "WARNING"
         from graphrag_pipeline.cli_progress import BuildProgress
         from graphrag_pipeline.settings import setting
-        from graphrag_pipeline.storage.files import remembering
+        from graphrag_pipeline.storage.files import freeing_replaced_files_later, remembering
 
         try:
             # the runs execute in this process: a stage reads the graph an earlier stage wrote from memory
-            with BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")), remembering():
+            # (and the search index a publish replaced is removed while the build goes on)
+            with (
+                BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")),
+                remembering(),
+                freeing_replaced_files_later(),
+            ):
                 return _build(args, paths)
         finally:
             _remote_push()  # the CLI's own files (state, the home record): also after a failed build

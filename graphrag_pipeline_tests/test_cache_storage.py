@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import traceback
 from pathlib import Path
 
@@ -150,6 +151,59 @@ def test_atomic_path_yields_a_path_that_does_not_exist_yet(tmp_path):
         tmp.write_bytes(b"db")
     assert (tmp_path / "db.duckdb").read_bytes() == b"db"
     assert os.listdir(tmp_path) == ["db.duckdb"]
+
+
+def test_a_replaced_file_is_freed_in_the_background_only_inside_a_build(tmp_path, monkeypatch):
+    """free_old_later: inside freeing_replaced_files_later the replaced file gets a temporary name
+    (removed by a thread; all such removals are waited for on leaving); outside, or on a failed
+    rename, nothing of the kind is left; a leftover of a killed process is a temporary file."""
+    from graphrag_pipeline.storage import files
+
+    target = tmp_path / "index.duckdb"
+    target.write_bytes(b"v1")
+    reader = open(target, "rb")  # a reader of the old version keeps reading it
+    started, looked = [], threading.Event()
+    real_thread = files.threading.Thread
+
+    def held(*args, target, **kwargs):  # the removal waits until the test has looked
+        thread = real_thread(*args, target=lambda *a: (looked.wait(5), target(*a)), **kwargs)
+        started.append(thread)
+        return thread
+
+    with files.freeing_replaced_files_later():
+        monkeypatch.setattr(files.threading, "Thread", held)
+        with atomic_path(target, ".duckdb", free_old_later=True) as tmp:
+            tmp.write_bytes(b"v2")
+        monkeypatch.undo()
+        assert target.read_bytes() == b"v2" and reader.read() == b"v1"
+        (old,) = [n for n in os.listdir(tmp_path) if n != "index.duckdb"]
+        assert files.is_temp_file_name(old) and (tmp_path / old).read_bytes() == b"v1"
+        assert len(started) == 1
+        looked.set()
+    reader.close()
+    assert os.listdir(tmp_path) == ["index.duckdb"]  # the removal was waited for
+    # outside a build: replaced at once, no thread
+    with atomic_path(target, ".duckdb", free_old_later=True) as tmp:
+        tmp.write_bytes(b"v3")
+    assert os.listdir(tmp_path) == ["index.duckdb"] and len(started) == 1
+    # the rename fails: the second name is taken back, the published file stays
+    real_replace = files.os.replace
+
+    def refused(src, dst):
+        raise OSError(13, "Permission denied")
+
+    with files.freeing_replaced_files_later():
+        monkeypatch.setattr(files.os, "replace", refused)
+        with pytest.raises(OSError):
+            with atomic_path(target, ".duckdb", free_old_later=True) as tmp:
+                tmp.write_bytes(b"v4")
+        monkeypatch.setattr(files.os, "replace", real_replace)
+    assert os.listdir(tmp_path) == ["index.duckdb"] and target.read_bytes() == b"v3"
+    # what a killed process would leave is an atomic_path temporary file
+    leftover = files._keep_old(target)
+    assert files.is_temp_file_name(os.path.basename(leftover))
+    assert [p.name for p in files.clean_temp_files(tmp_path)] == [os.path.basename(leftover)]
+    assert os.listdir(tmp_path) == ["index.duckdb"]
 
 
 def test_readers_of_missing_files(tmp_path):

@@ -373,7 +373,7 @@ def write_duckdb_index(
 
     verify(con) runs on the finished file before it is renamed into place; if it raises, nothing
     is published."""
-    with atomic_path(Path(target), ".duckdb") as tmp:
+    with atomic_path(Path(target), ".duckdb", free_old_later=True) as tmp:
         con = duckdb.connect(str(tmp))
         try:
             for name in TABLES:
@@ -939,7 +939,7 @@ def publish_index(
             "build_reason": "incremental",
             "changed_keys": changes.height,
         }
-        with atomic_path(target, ".duckdb") as tmp:
+        with atomic_path(target, ".duckdb", free_old_later=True) as tmp:
             copier.take(tmp)
             now = os.stat(target)
             if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):

@@ -45,19 +45,79 @@ class DamagedFileError(OSError, ValueError):
 
 
 @contextmanager
-def atomic_path(target: Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path in the target's folder; rename it onto target on success."""
+def atomic_path(target: Path, suffix: str = "", *, free_old_later: bool = False) -> Iterator[Path]:
+    """Yield a temporary path in the target's folder; rename it onto target on success.
+
+    free_old_later: inside `freeing_replaced_files_later` (a CLI build), the file the rename replaces
+    is first given a temporary name too, and removed by a background thread once the new one is in
+    place. Renaming over the last name of a large file frees its blocks and cached pages before the
+    rename returns (0.3 s for the 1.1 GB search index of 50,000 documents); the build goes on
+    meanwhile. A process killed before the thread ran leaves the name to clean_temp_files."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
-    os.close(fd)
-    os.unlink(tmp)  # let the writer create it (DuckDB refuses an existing empty file)
+    tmp = _temp_name(target, suffix)
     try:
         yield Path(tmp)
-        os.replace(tmp, target)
+        old = _keep_old(target) if free_old_later and _FREE_LATER.enabled else None
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            if old is not None:
+                _unlink_quietly(old)
+            raise
+        if old is not None:
+            thread = threading.Thread(target=_unlink_quietly, args=(old,), name="free-old-file", daemon=True)
+            thread.start()
+            _FREE_LATER.threads.append(thread)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+class _FreeLater:
+    def __init__(self) -> None:
+        self.enabled = False
+        self.threads: list[threading.Thread] = []
+
+
+_FREE_LATER = _FreeLater()
+
+
+@contextmanager
+def freeing_replaced_files_later() -> Iterator[None]:
+    """While inside, `atomic_path(..., free_old_later=True)` removes the replaced file in the background;
+    on leaving, every such removal is waited for (nothing is left behind once a build returns)."""
+    _FREE_LATER.enabled = True
+    try:
+        yield
+    finally:
+        _FREE_LATER.enabled = False
+        while _FREE_LATER.threads:
+            _FREE_LATER.threads.pop().join()
+
+
+def _temp_name(target: Path, suffix: str) -> str:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
+    os.close(fd)
+    os.unlink(tmp)  # let the writer create it (DuckDB refuses an existing empty file)
+    return tmp
+
+
+def _keep_old(target: Path) -> str | None:
+    """A second, temporary name for the file at `target` (None when there is none, or no hard link)."""
+    old = _temp_name(target, ".old")
+    try:
+        os.link(target, old)
+    except OSError:
+        return None
+    return old
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # gone already; or left for clean_temp_files
 
 
 def file_sha256(path: Path) -> str:

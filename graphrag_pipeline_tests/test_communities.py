@@ -193,7 +193,7 @@ def test_nonpositive_weights_are_treated_as_one():
 import numpy as np  # noqa: E402
 
 from graphrag_pipeline.graph.communities import changed_share, update_communities  # noqa: E402
-from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity  # noqa: E402
+from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity, pair_order  # noqa: E402
 
 
 def planted(groups: int = 12, size: int = 30, p_in: float = 0.3, p_out: float = 0.004, seed: int = 3) -> nx.Graph:
@@ -430,3 +430,20 @@ def test_degrees_within_a_mask_read_from_its_rows_equal_a_pass_over_every_edge()
         row = np.repeat(np.arange(g.n), np.diff(g.indptr))
         want = np.where(mask, np.bincount(row[inside], weights=g.weights[inside], minlength=g.n), 0.0)
         assert np.array_equal(g.degrees(mask), want), trial
+
+
+def test_pair_order_is_the_stable_sort_by_both_ends_below_and_above_the_radix_bound():
+    """pair_order's two 16-bit passes give exactly the stable sort of the pair codes (ties keep their
+    order), on both sides of 65,536 nodes, where it sorts the codes instead."""
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 7, 300, 65536, 65537, 200000):
+        for m in (0, 1, 5000):
+            a = rng.integers(0, n, m)
+            b = rng.integers(0, n, m)
+            expected = np.argsort(a.astype(np.int64) * n + b, kind="stable")
+            got = pair_order(a, b, n)
+            assert np.array_equal(got, expected), (n, m)
+    # the edges of a built graph come out sorted by (row, neighbour), as before
+    g = CSRGraph.from_edges(4, np.array([0, 1, 0, 2]), np.array([3, 2, 1, 3]), np.array([1.0, 2.0, 3.0, 4.0]))
+    assert g.indices.tolist() == [1, 3, 0, 2, 1, 3, 0, 2]
+    assert g.indptr.tolist() == [0, 2, 4, 6, 8]

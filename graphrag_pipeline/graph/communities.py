@@ -43,7 +43,7 @@ import polars as pl
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity
+from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity, pair_order
 from graphrag_pipeline.settings import default as setting_default
 
 DEFAULT_MAX_CLUSTER_SIZE = setting_default("GRAPHRAG_MAX_CLUSTER_SIZE")
@@ -203,7 +203,7 @@ def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) ->
     n = len(keys)
     # one edge per pair, the last row of the pair (as the table gave it), sorted by (src, dst)
     code = src * n + dst
-    order = np.argsort(code, kind="stable")
+    order = pair_order(src, dst, n)
     last = np.ones(len(order), dtype=bool)
     last[:-1] = code[order][1:] != code[order][:-1]
     order = order[last]

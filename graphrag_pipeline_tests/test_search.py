@@ -259,6 +259,39 @@ def test_preloaded_type_recall_matches_sql_at_the_rank_cut(index):
         assert mem.reports_for_entities(["alice", "dave"], 5) == index.reports_for_entities(["alice", "dave"], 5)
 
 
+def test_an_index_whose_paths_carry_weights_is_still_read_in_their_order(index, tmp_path):
+    """An index published before paths had a rank (schema < 6: paths with their edge weights) is
+    read as it was ranked, by the weights, with and without preloading; the same for an
+    Elasticsearch entity document synced before (RAGFlow's n_hop_with_weight)."""
+    import shutil
+
+    from graphrag_pipeline.index.es_reader import _n_hop_paths
+
+    keys = ["alice", "bob", "carol", "dave", "venice"]
+    expected = index.nhop(keys)
+    assert [p["entity_key"] for p in expected].count("bob") == 2  # an entity with two ranked paths
+    old = tmp_path / "old.duckdb"
+    shutil.copy(index.path, old)
+    weight = {(a, b): w for a, b, w in EDGES} | {(b, a): w for a, b, w in EDGES}
+    con = duckdb.connect(str(old))
+    rows = con.execute("SELECT entity_key, path FROM nhop ORDER BY entity_key DESC, rank DESC").fetchall()
+    con.execute("DROP TABLE nhop")
+    con.execute("CREATE TABLE nhop (entity_key VARCHAR, path VARCHAR[], weights DOUBLE[], row_hash UBIGINT)")
+    for key, path in rows:  # stored against their order, as a delta publish may leave them
+        ws = [weight[(path[i], path[i + 1])] for i in range(len(path) - 1)]
+        con.execute("INSERT INTO nhop VALUES (?, ?, ?, 0)", [key, path, ws])
+    con.close()
+    for preload in (False, True):
+        with DuckDBIndex(old, preload=preload) as legacy:
+            assert legacy.nhop(keys) == expected, preload
+    legacy_doc = {
+        "n_hop_with_weight": [{"path": ["a", "b", "c"], "weights": [2.0, 1.0]}, {"path": ["a", "d"], "weights": [1.0]}]
+    }
+    assert _n_hop_paths(legacy_doc) == [["a", "b", "c"], ["a", "d"]]
+    assert _n_hop_paths({"n_hop_paths": [["a", "b"]], "n_hop_with_weight": []}) == [["a", "b"]]
+    assert _n_hop_paths({}) == []
+
+
 def test_a_hub_description_is_bounded_not_dropped(tmp_path):
     # `fast` joins every fragment: a hub's description of thousands of fragments took the whole budget
     # (the first entity did not fit and none was kept), so local and mix search returned nothing for it

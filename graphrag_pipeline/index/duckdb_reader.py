@@ -16,6 +16,9 @@ from graphrag_pipeline.index.records import NHOP_ORDER_SQL
 from graphrag_pipeline.llm.protocol import EmbeddingClient
 from graphrag_pipeline.settings import default_home
 
+# the order of an entity's paths in an index of schema < 6, whose paths carried their weights
+_WEIGHTED_NHOP_ORDER_SQL = "entity_key, weights[1] DESC, path[2], weights[2] DESC NULLS LAST, path[3] NULLS LAST"
+
 
 def attach_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
     """A connection of its own to the DuckDB file at `path`, read-only: the file is attached to a
@@ -116,6 +119,20 @@ class DuckDBIndex:
             )
         return self._pages_sql
 
+    @property
+    def _nhop_order(self) -> str:
+        """How the paths of an entity are ordered: by their rank, or in an index published before
+        paths had one (schema < 6, paths with their weights) by the weights, as they were ranked."""
+        if getattr(self, "_nhop_order_sql", None) is None:
+            cols = {
+                r[0]
+                for r in self.con.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE table_name = 'nhop'"
+                ).fetchall()
+            }
+            self._nhop_order_sql = NHOP_ORDER_SQL if "rank" in cols else _WEIGHTED_NHOP_ORDER_SQL
+        return self._nhop_order_sql
+
     def preload(self) -> None:
         for table, (cols, _) in self._IN_MEMORY.items():
             df = self.con.sql(f"SELECT {cols.format(pages=self._pages)}, embedding FROM {table}").pl()
@@ -130,7 +147,7 @@ class DuckDBIndex:
         self._position = {r["key"]: i for i, r in enumerate(ordered)}
         self._rel_by_pair = {(r["source_key"], r["target_key"]): r for r in self._memory["relations"][0]}
         self._nhop: dict[str, list[dict]] = {}
-        for key, path in self.con.sql(f"SELECT entity_key, path FROM nhop ORDER BY {NHOP_ORDER_SQL}").fetchall():
+        for key, path in self.con.sql(f"SELECT entity_key, path FROM nhop ORDER BY {self._nhop_order}").fetchall():
             self._nhop.setdefault(key, []).append({"entity_key": key, "path": path})
         self._reports_of: dict[str, list[int]] = {}
         report_rows = self._memory["community_reports"][0]
@@ -226,7 +243,7 @@ class DuckDBIndex:
             return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop.get(k, [])]
         # in the order the paths were computed (a delta publish appends re-computed entities at the end)
         return self._rows(
-            f"SELECT entity_key, path FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY {NHOP_ORDER_SQL}",
+            f"SELECT entity_key, path FROM nhop WHERE entity_key IN (SELECT unnest(?)) ORDER BY {self._nhop_order}",
             [keys],
         )
 

@@ -21,6 +21,15 @@ from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.llm.protocol import EmbeddingClient
 
 SIM_DECIMALS = 6
+# an entity's ranked n-hop paths; an index synced before schema 5 has them as RAGFlow's
+# n_hop_with_weight ({path, weights} objects, in rank order) until the next sync rebuilds it
+_N_HOP_FIELDS = ["n_hop_paths", "n_hop_with_weight"]
+
+
+def _n_hop_paths(src: dict) -> list[list[str]]:
+    if "n_hop_paths" in src:
+        return list(src["n_hop_paths"] or [])
+    return [p["path"] for p in src.get("n_hop_with_weight") or [] if isinstance(p, dict) and "path" in p]
 
 
 class EsIndex:
@@ -231,11 +240,11 @@ class EsIndex:
             rows = [{**self._entity(src), "sim": sim} for sim, src in hits if sim >= threshold]
             return sorted(rows, key=lambda r: (-r["sim"], r["key"]))[:k]
 
-        return [self._knn_body("entity", vector, k + 8, self._ENT_FIELDS + ["n_hop_paths"])], finish
+        return [self._knn_body("entity", vector, k + 8, self._ENT_FIELDS + _N_HOP_FIELDS)], finish
 
     @staticmethod
     def _paths(src: dict) -> list[dict]:
-        return [{"entity_key": src["entity_key_kwd"], "path": path} for path in src.get("n_hop_paths") or []]
+        return [{"entity_key": src["entity_key_kwd"], "path": path} for path in _n_hop_paths(src)]
 
     def entities_by_types(self, types: list[str], k: int) -> list[dict]:
         if not types:
@@ -304,7 +313,7 @@ class EsIndex:
         if set(keys) <= self._nhop_cache.keys():
             return [dict(p) for k in dict.fromkeys(keys) for p in self._nhop_cache[k]]
         out = []
-        for src in self._terms("entity", "entity_key_kwd", keys, ["entity_key_kwd", "n_hop_paths"]):
+        for src in self._terms("entity", "entity_key_kwd", keys, ["entity_key_kwd", *_N_HOP_FIELDS]):
             out += self._paths(src)
         return out
 

@@ -67,8 +67,12 @@ def atomic_path(target: Path, suffix: str = "", *, free_old_later: bool = False)
             raise
         if old is not None:
             thread = threading.Thread(target=_unlink_quietly, args=(old,), name="free-old-file", daemon=True)
-            thread.start()
-            _FREE_LATER.threads.append(thread)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had: the new file is in place, free the old one here
+                _unlink_quietly(old)
+            else:
+                _FREE_LATER.threads.append(thread)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -103,16 +103,16 @@ class DuckDBIndex:
         "chunks": ("chunk_id, doc_id, doc, position, text, {pages}", ("chunk_id",)),
     }
 
+    def _columns(self, table: str) -> set[str]:
+        """The columns `table` has in this index (an older schema lacks some)."""
+        rows = self.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]).fetchall()
+        return {r[0] for r in rows}
+
     @property
     def _pages(self) -> str:
         """The chunk page columns, as NULLs in an index published before they existed (schema < 4)."""
         if getattr(self, "_pages_sql", None) is None:
-            cols = {
-                r[0]
-                for r in self.con.execute(
-                    "SELECT column_name FROM duckdb_columns() WHERE table_name = 'chunks'"
-                ).fetchall()
-            }
+            cols = self._columns("chunks")
             self._pages_sql = ", ".join(
                 c if c in cols else f"CAST(NULL AS {t}) AS {c}"
                 for c, t in (("page_start", "BIGINT"), ("page_end", "BIGINT"), ("section", "VARCHAR"))
@@ -124,13 +124,8 @@ class DuckDBIndex:
         """How the paths of an entity are ordered: by their rank, or in an index published before
         paths had one (schema < 6, paths with their weights) by the weights, as they were ranked."""
         if getattr(self, "_nhop_order_sql", None) is None:
-            cols = {
-                r[0]
-                for r in self.con.execute(
-                    "SELECT column_name FROM duckdb_columns() WHERE table_name = 'nhop'"
-                ).fetchall()
-            }
-            self._nhop_order_sql = NHOP_ORDER_SQL if "rank" in cols else _WEIGHTED_NHOP_ORDER_SQL
+            ranked = "rank" in self._columns("nhop")
+            self._nhop_order_sql = NHOP_ORDER_SQL if ranked else _WEIGHTED_NHOP_ORDER_SQL
         return self._nhop_order_sql
 
     def preload(self) -> None:

@@ -150,7 +150,7 @@ def test_long_descriptions_are_shortened(graph):
     assert len(report.summary) < 1000
 
 
-def test_stored_report_ids_are_what_has_report_says_from_one_listing(tmp_path):
+def test_stored_report_ids_are_the_report_files_from_one_listing(tmp_path):
     from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import Store
 
@@ -161,6 +161,6 @@ def test_stored_report_ids_are_what_has_report_says_from_one_listing(tmp_path):
     (store.paths.reports_dir / "notes.txt").write_text("not a report")
     ids = store.stored_report_ids()
     assert ids == {"L0-a", "L1-b.c"}
-    assert all(store.has_report(k) for k in ids) and not store.has_report("notes")
+    assert all((store.paths.reports_dir / f"{k}.json").is_file() for k in ids) and "notes" not in ids
     (store.paths.reports_dir / "L0-a.json").unlink()
     assert store.stored_report_ids() == {"L1-b.c"}

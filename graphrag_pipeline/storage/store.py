@@ -547,11 +547,8 @@ class Store:
         data = read_json(self.paths.reports_dir / f"{community_id}.json")
         return CommunityReport.from_dict(data) if data else None
 
-    def has_report(self, community_id: str) -> bool:
-        return (self.paths.reports_dir / f"{community_id}.json").exists()
-
     def stored_report_ids(self) -> set[str]:
-        """The ids has_report says yes to, from one listing of the reports folder (not one look per
+        """The ids of the stored reports, from one listing of the reports folder (not one look per
         partition: a corpus of 50,000 documents has tens of thousands of report partitions)."""
         try:
             names = os.listdir(self.paths.reports_dir)

@@ -16,6 +16,7 @@ import pytest
 
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, with_metrics
 from graphrag_pipeline.index import duckdb_writer
+from graphrag_pipeline.index.duckdb_spare import drop_spare, is_spare_name, spare_path
 from graphrag_pipeline.index.duckdb_writer import (
     COMPACT_FREE_FRACTION,
     COMPACT_MIN_FREE_BLOCKS,
@@ -43,6 +44,11 @@ class Counting(HashingEmbedder):
     def embed(self, texts):
         self.seen += list(texts)
         return super().embed(texts)
+
+
+def _left(folder) -> list[str]:
+    """The files in `folder`, but the spare a delta publish keeps (duckdb_spare)."""
+    return sorted(p.name for p in folder.iterdir() if not is_spare_name(p.name))
 
 
 def _name(i: int) -> str:
@@ -369,7 +375,7 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path, monke
     again = _publish(path, inp)
     assert again.mode == "unchanged"
     assert (os.stat(path).st_ino, os.stat(path).st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]  # the copy made meanwhile is gone
+    assert _left(tmp_path) == ["index.duckdb"]  # the copy made meanwhile is gone
 
     edited = _edit(inp)
     v1 = read_meta(path)
@@ -413,12 +419,13 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path, monke
     con.close()
     assert free > COMPACT_FREE_FRACTION * total and free >= COMPACT_MIN_FREE_BLOCKS
     bloated = path.stat().st_size
+    drop_spare(path)  # else the next publish patches the file the last one replaced, not a copy of this one
     counting = Counting(256)
     compact = _publish(path, tiny, counting)
     assert compact.mode == "delta" and compact.compacted and "compacted" in compact.reason, compact.reason
     assert compact.to_metadata()["compacted"] and "compact" in compact.phases
     assert len(counting.seen) <= 2 and path.stat().st_size < bloated / 2
-    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no copy left behind
+    assert _left(path.parent) == [path.name]  # no copy left behind
     con = duckdb.connect(str(path), read_only=True)
     try:
         free, total = free_blocks(con)
@@ -444,7 +451,7 @@ def test_unchanged_inputs_leave_the_file_alone_and_the_fallbacks(tmp_path, monke
     assert failed.mode == "delta" and not failed.compacted and "not compacted" in failed.reason, failed.reason
     assert read_meta(path)["index_version"] == compact.meta["index_version"] + 1
     assert _tables(path)["entities"].height == inp["nodes"].height
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+    assert _left(tmp_path) == ["index.duckdb"]
     monkeypatch.undo()
 
     con = duckdb.connect(str(path))
@@ -484,11 +491,95 @@ def test_an_incomplete_index_is_never_published(tmp_path):
         assert "1 of" in str(err.value) and "L0-030" in str(err.value)
         assert err.value.completeness.missing["community_reports"] == ["L0-030"]
         assert path.read_bytes() == original
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]  # no temporary file left behind
+        assert _left(tmp_path) == ["index.duckdb"]  # no temporary file left behind
     verdict = check_index_file(path, inp["nodes"], inp["edges"], inp["communities"])
     assert verdict.passed, verdict.problems()
     verdict = check_index_file(path, edited["nodes"], edited["edges"], edited["communities"])
     assert not verdict.passed and verdict.missing_count["entities"] == 1 and verdict.extra_count["entities"] == 1
+
+
+def _equals_a_full_rebuild(path, inp, ref) -> None:
+    _publish(ref, inp)
+    got, want = _tables(path), _tables(ref)
+    for t in TABLES:  # every row and column, vectors and row hashes included
+        assert got[t].equals(want[t]), t
+    ref.unlink()
+
+
+def test_the_file_a_delta_replaced_is_caught_up_and_patched_by_the_next_one(tmp_path):
+    """A delta publish keeps the file it replaced (the spare); the next delta publish catches it up
+    with the published `changes` and patches it instead of copying the published file. Each result
+    equals a full rebuild, through an edit, its revert and the edit again."""
+    before, after = _inputs(), _edit(_inputs())
+    path, ref = tmp_path / "index.duckdb", tmp_path / "ref.duckdb"
+    _publish(path, before)
+    assert not spare_path(path).exists()  # a full build: nothing to keep
+    bases = []
+    for inp in (after, before, after, before):
+        res = _publish(path, inp, max_fraction=1.0)
+        assert res.mode == "delta", res.reason
+        bases.append("spare" if "spare" in res.phases else "copy")
+        _equals_a_full_rebuild(path, inp, ref)
+        assert spare_path(path).stat().st_ino != path.stat().st_ino
+        assert read_meta(spare_path(path))["index_id"] == read_meta(path)["previous_index_id"]
+    assert bases == ["copy", "spare", "spare", "spare"]
+    # nothing changed: the spare stays as it is, and is used next time
+    kept = spare_path(path).stat().st_ino
+    assert _publish(path, before).mode == "unchanged" and spare_path(path).stat().st_ino == kept
+    assert "spare" in _publish(path, after, max_fraction=1.0).phases
+    _equals_a_full_rebuild(path, after, ref)
+    # a full rebuild leaves no spare: its `changes` cannot catch the older file up
+    assert _publish(path, after, full_rebuild=True).mode == "full" and not spare_path(path).exists()
+    assert _left(tmp_path) == ["index.duckdb"]
+
+
+def test_a_spare_that_is_open_wrong_or_the_published_file_itself_is_not_patched(tmp_path):
+    before, after = _inputs(), _edit(_inputs())
+    path, ref = tmp_path / "index.duckdb", tmp_path / "ref.duckdb"
+    _publish(path, before)
+    _publish(path, after, max_fraction=1.0)
+
+    # a reader (in this process: DuckDB's own lock does not see it) still holds the version that
+    # becomes the spare: the next publish copies instead, and the reader's rows stay as they were
+    third = {
+        **before,
+        "nodes": before["nodes"].with_columns(
+            pl.when(pl.col("key") == "e010").then(pl.lit("Third")).otherwise(pl.col("description")).alias("description")
+        ),
+    }
+    reader = DuckDBIndex(path)  # on `after`
+    try:
+        assert "spare" in _publish(path, before, max_fraction=1.0).phases  # `after` becomes the spare
+        assert read_meta(path)["index_id"] != reader.meta["index_id"]  # (and a look at a file drops no lock)
+        res = _publish(path, third, max_fraction=1.0)
+        assert "copy" in res.phases and "spare" not in res.phases
+        _equals_a_full_rebuild(path, third, ref)
+        row = reader.con.execute("SELECT description FROM entities WHERE key = 'e010'").fetchone()
+        assert row[0] == after["nodes"].filter(pl.col("key") == "e010")["description"][0] != "Third"
+        assert reader.con.execute("SELECT count(*) FROM entities WHERE key = 'e999'").fetchone()[0] == 1
+    finally:
+        reader.close()
+    assert "spare" in _publish(path, after, max_fraction=1.0).phases  # the file the copy replaced
+    _equals_a_full_rebuild(path, after, ref)
+
+    # a spare that does not come out equal to the published version (here a row lost): dropped, copied
+    _publish(path, before, max_fraction=1.0)
+    con = duckdb.connect(str(spare_path(path)))
+    con.execute("DELETE FROM chunks WHERE chunk_id = (SELECT min(chunk_id) FROM chunks)")
+    con.close()
+    res = _publish(path, after, max_fraction=1.0)
+    assert "copy" in res.phases and "spare" not in res.phases
+    _equals_a_full_rebuild(path, after, ref)
+
+    # a second name of the published file itself (a publish that died between keeping the spare and
+    # renaming): never patched in place
+    drop_spare(path)
+    os.link(path, spare_path(path))
+    published = path.read_bytes()
+    res = _publish(path, before, max_fraction=1.0)
+    assert "copy" in res.phases
+    assert spare_path(path).read_bytes() == published  # the old file, untouched, is the new spare
+    _equals_a_full_rebuild(path, before, ref)
 
 
 def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_published(tmp_path, monkeypatch):
@@ -511,12 +602,13 @@ def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_p
     original = path.read_bytes()
     monkeypatch.undo()
 
+    drop_spare(path)  # the next publish copies the published file
     monkeypatch.setattr(duckdb_writer._Copier, "CHUNK", 4096)  # many chunks
     monkeypatch.setattr(duckdb_writer.os, "fsync", disk_full)
     with pytest.raises(OSError, match="No space left"):
         _publish(path, _edit(inp), max_fraction=1.0)
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+    assert _left(tmp_path) == ["index.duckdb"]
     monkeypatch.undo()
 
     # another publish replaces the file while this one compares: this one stops, the other stays
@@ -533,7 +625,7 @@ def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_p
     with pytest.raises(RuntimeError, match="replaced by another publish"):
         _publish(path, _edit(inp), max_fraction=1.0)
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+    assert _left(tmp_path) == ["index.duckdb"]
 
 
 def test_a_write_failing_inside_the_patch_transaction_raises_its_own_error(tmp_path, monkeypatch):
@@ -554,7 +646,7 @@ def test_a_write_failing_inside_the_patch_transaction_raises_its_own_error(tmp_p
     with pytest.raises(duckdb.ConversionException, match="many"):
         _publish(path, _edit(inp), max_fraction=1.0)
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.duckdb"]
+    assert _left(tmp_path) == ["index.duckdb"]
 
 
 def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
@@ -599,7 +691,7 @@ def test_readers_see_whole_versions_while_deltas_are_published(tmp_path):
     assert [r.mode for r in results] == ["delta"] * 4 + ["full", "delta"]
     assert [r.compacted for r in results] == [False, True, True, False, False, False]
     assert seen and seen <= expected
-    assert not [p for p in tmp_path.iterdir() if p.name != "index.duckdb"]
+    assert _left(tmp_path) == ["index.duckdb"]
 
 
 # -- through Dagster --------------------------------------------------------------------------------
@@ -648,7 +740,7 @@ def test_search_index_fails_on_a_missing_report_and_keeps_the_published_index(ho
     description = failure.step_failure_data.user_failure_data.description  # a dg.Failure, not a crash
     assert gone.stem in description and "1 of" in description and "no report file" in description, description
     assert index.read_bytes() == before and read_meta(index) == meta_before  # the published index is untouched
-    assert not [p for p in index.parent.iterdir() if p.name != index.name]  # nothing half-written beside it
+    assert _left(index.parent) == [index.name]  # nothing half-written beside it
     assert len(list((home / "reports").glob("*.json"))) == len(reports) - 1  # and no report file was deleted
     assert search_index_is_complete.check_specs and all(s.blocking for s in search_index_is_complete.check_specs)
 

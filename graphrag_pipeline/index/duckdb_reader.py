@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import struct
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,12 +33,50 @@ def attach_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
     with a thread registering Arrow data on it ("python_arrow_scan does not exist")."""
     con = duckdb.connect(":memory:")
     try:
+        _hold(con, path)
         con.execute("ATTACH ? AS published (READ_ONLY)", [str(path)])
         con.execute("USE published")
     except BaseException:
-        con.close()
+        release(con)
         raise
     return con
+
+
+# the read locks readers hold: id(connection) -> what releases its lock
+_HOLDS: dict[int, weakref.finalize] = {}
+
+
+def _hold(con, path: str | Path) -> None:
+    """Take an open-file-description read lock on the file at `path` for as long as `con` lives
+    (or until `release(con)`). A publish patches the file a previous publish replaced only when no
+    lock is held on it (duckdb_spare): DuckDB's own lock is a process lock, which the process loses
+    when it closes any other handle on the same file - a second reader of it, a look at its meta."""
+    ofd = getattr(fcntl, "F_OFD_SETLK", None)
+    if ofd is None:
+        return  # no such lock here; and then no spare is ever patched (duckdb_spare)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # DuckDB says why it cannot be read
+    try:
+        fcntl.fcntl(fd, ofd, struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
+    except OSError:
+        os.close(fd)  # a publish is catching this file up: it is not the published one any more
+        return
+    _HOLDS[id(con)] = weakref.finalize(con, _unhold, id(con), fd)
+
+
+def _unhold(key: int, fd: int) -> None:
+    _HOLDS.pop(key, None)
+    os.close(fd)
+
+
+def release(con) -> None:
+    """Close a connection of attach_read_only and give up its read lock."""
+    con.close()
+    fin = _HOLDS.get(id(con))
+    if fin is not None:
+        fin()
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -85,7 +127,7 @@ class DuckDBIndex:
             self.meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
         except (duckdb.Error, OSError, ValueError) as exc:
             if con is not None:
-                con.close()
+                release(con)
             raise IndexUnreadableError(
                 f"the search index at {self.path} cannot be read ({exc}): run `graphrag-pipeline build` to repair it"
             ) from None
@@ -167,7 +209,7 @@ class DuckDBIndex:
         return sorted(picked, key=order)[:k]
 
     def close(self) -> None:
-        self.con.close()
+        release(self.con)
 
     def __enter__(self) -> DuckDBIndex:
         return self

@@ -13,11 +13,14 @@ No process ever holds a write lock on the published file.
    keeps its vector (it is deleted and inserted again with it: DuckDB rewrites a whole column of
    a row group for an UPDATE of a few of its rows, a second per publish at 50,000 documents when
    the description of a hub entity changed);
-4. the published file is copied beside itself (in a thread, while 1-3 run, and flushed to disk
-   there: the checkpoint below then writes only what the patch changed, not the whole copy; a
-   publish that ends unchanged or rebuilds whole stops the copy and removes it), the
-   changed keys are deleted / inserted / updated, `meta` and `changes` are rewritten, the copy is
-   verified complete (`index_completeness`), checkpointed and renamed over the published file.
+4. the file the last delta publish replaced (the spare, see duckdb_spare) is caught up with the
+   published `changes`; or, when there is none that can be used, the published file is copied
+   beside itself (in a thread, while 1-3 run, and flushed to disk there: the checkpoint below then
+   writes only what the patch changed, not the whole copy; a publish that ends unchanged or
+   rebuilds whole stops the copy and removes it). The changed keys are deleted / inserted /
+   updated, `meta` and `changes` are rewritten, the file is verified complete
+   (`index_completeness`), checkpointed and renamed over the published file, whose file becomes
+   the next spare.
 
 A full rebuild is written instead when there is no previous index, when its schema, row-hash
 scheme or embedder differ, when more than MAX_DELTA_FRACTION of the rows change, or when asked.
@@ -53,6 +56,7 @@ import duckdb
 import polars as pl
 
 from graphrag_pipeline.index.duckdb_reader import attach_read_only
+from graphrag_pipeline.index.duckdb_spare import CatchUp, drop_spare, keep_as_spare, take_spare, usable_spare
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
     COLUMNS,
@@ -820,7 +824,10 @@ def publish_index(
     # that decides what to patch: the checkpoint then writes what the patch changed, not the file
     problem = _compatibility_problem(prev, embedder) if prev is not None else None
     patchable = prev is not None and problem is None and not full_rebuild
-    copier = _Copier(target) if patchable else None
+    # the file the last delta publish replaced, when it can be caught up instead of copying (see
+    # duckdb_spare); else the copy starts now
+    spare = usable_spare(target, prev, read_meta) if patchable else None
+    copier = _Copier(target) if patchable and spare is None else None
     try:
         rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
         base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
@@ -863,6 +870,7 @@ def publish_index(
                 "changed_keys": changes.height if changes is not None else None,
             }
             size = write_duckdb_index(tables, target, publish_meta, changes, verify=verify)
+            drop_spare(target)  # a full rebuild's `changes` cannot catch an older file up
             stats = (
                 {t: p.stats for t, p in plans.items()}
                 if plans is not None
@@ -904,7 +912,8 @@ def publish_index(
             content_meta = {k: v for k, v in base_meta.items() if k not in _VOLATILE_META}
             prev_content = {k: v for k, v in prev.items() if k not in _VOLATILE_META and k not in _FORMAT_META}
             if touched == 0 and content_meta == prev_content:
-                copier.discard()
+                if copier is not None:
+                    copier.discard()
                 verify(con)  # what stays published must be complete too
                 return result(
                     "unchanged",
@@ -913,6 +922,7 @@ def publish_index(
                     stat.st_size,
                     prev,
                 )
+            catch_up = CatchUp.read(con) if spare is not None else None
         finally:
             if con is not None:
                 con.close()
@@ -940,16 +950,21 @@ def publish_index(
             "changed_keys": changes.height,
         }
         with atomic_path(target, ".duckdb", free_old_later=True) as tmp:
-            copier.take(tmp)
-            now = os.stat(target)
-            if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
-                raise RuntimeError(
-                    f"{target} was replaced by another publish while this one compared with it; run again"
-                )
-            lap("copy")
-            con = duckdb.connect(str(tmp))
+            con = take_spare(spare, tmp, catch_up, say) if spare is not None else None
+            if con is None:
+                if spare is not None:
+                    spare, copier = None, _Copier(target)
+                copier.take(tmp)
             try:
-                con.execute("BEGIN TRANSACTION")
+                now = os.stat(target)
+                if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
+                    raise RuntimeError(
+                        f"{target} was replaced by another publish while this one compared with it; run again"
+                    )
+                lap("copy" if spare is None else "spare")
+                if con is None:
+                    con = duckdb.connect(str(tmp))
+                    con.execute("BEGIN TRANSACTION")
                 _apply(con, plans, inserts)
                 counts = _table_counts(con)
                 _write_meta(
@@ -964,7 +979,8 @@ def publish_index(
                 con.execute("CHECKPOINT")
                 free, blocks = free_blocks(con)
             finally:
-                con.close()
+                if con is not None:
+                    con.close()
                 _drop_wal(tmp)
             reason = "incremental"
             compacted = False
@@ -982,6 +998,7 @@ def publish_index(
                     reason = f"incremental (not compacted: {type(exc).__name__}: {exc})"
                 lap("compact")
             size = tmp.stat().st_size
+            keep_as_spare(target)  # the published file becomes the next publish's spare
         return result(
             "delta",
             reason,

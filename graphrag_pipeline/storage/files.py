@@ -66,13 +66,7 @@ def atomic_path(target: Path, suffix: str = "", *, free_old_later: bool = False)
                 _unlink_quietly(old)
             raise
         if old is not None:
-            thread = threading.Thread(target=_unlink_quietly, args=(old,), name="free-old-file", daemon=True)
-            try:
-                thread.start()
-            except RuntimeError:  # no thread to be had: the new file is in place, free the old one here
-                _unlink_quietly(old)
-            else:
-                _FREE_LATER.threads.append(thread)
+            free_later(old)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -98,6 +92,26 @@ def freeing_replaced_files_later() -> Iterator[None]:
         _FREE_LATER.enabled = False
         while _FREE_LATER.threads:
             _FREE_LATER.threads.pop().join()
+
+
+def free_later(path: str | Path) -> None:
+    """Remove the file at `path` (a temporary name, which clean_temp_files knows): in a background
+    thread inside `freeing_replaced_files_later`, else here."""
+    if not _FREE_LATER.enabled:
+        _unlink_quietly(path)
+        return
+    thread = threading.Thread(target=_unlink_quietly, args=(path,), name="free-old-file", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had: free it here
+        _unlink_quietly(path)
+    else:
+        _FREE_LATER.threads.append(thread)
+
+
+def temp_name(target: Path, suffix: str) -> str:
+    """A free temporary name beside `target`, of the pattern clean_temp_files removes."""
+    return _temp_name(target, suffix)
 
 
 def _temp_name(target: Path, suffix: str) -> str:

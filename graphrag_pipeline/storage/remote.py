@@ -80,13 +80,15 @@ def endpoint_url(env=None) -> str | None:
 def is_synced(rel: str) -> bool:
     """Is this path of the scratch (relative, with /) part of the home on object storage? Never:
     temporary files of atomic writes, the Dagster instance folder, the build lock (per machine),
-    the LLM cache and usage ledger (SQLite, per machine) and the sync record itself."""
+    the LLM cache and usage ledger (SQLite, per machine), the spare of the search index (a local
+    copy kept for the next publish: index/duckdb_spare) and the sync record itself."""
+    from graphrag_pipeline.index.duckdb_spare import is_spare_name
     from graphrag_pipeline.storage.files import is_temp_file_name
 
     parts = rel.split("/")
     if parts[0] in ("dagster", "cache", SYNC_DIR) or rel == "state/build.lock":
         return False
-    return not any(is_temp_file_name(p) for p in parts)
+    return not any(is_temp_file_name(p) or is_spare_name(p) for p in parts)
 
 
 def _push_rank(rel: str) -> int:

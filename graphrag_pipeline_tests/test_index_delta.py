@@ -582,6 +582,78 @@ def test_a_spare_that_is_open_wrong_or_the_published_file_itself_is_not_patched(
     _equals_a_full_rebuild(path, before, ref)
 
 
+def test_a_reader_locks_the_file_it_reads_and_lets_go_of_it(tmp_path, monkeypatch):
+    """A publish renaming another file into place between a reader's lock and its ATTACH: the
+    reader opens again, so the file it reads is the file it holds (else that file, unlocked,
+    could be patched as a spare under it). release() lets go at once; a publish that fails keeps
+    no lock behind, even while its error is kept."""
+    from graphrag_pipeline.index import duckdb_reader
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
+    from graphrag_pipeline.index.duckdb_spare import _unused
+
+    inp = _inputs()
+    path, other = tmp_path / "index.duckdb", tmp_path / "other.duckdb"
+    _publish(path, inp)
+    _publish(other, _edit(inp))
+    real_hold, swaps = duckdb_reader._hold, []
+
+    def hold_then_replaced(con, p):
+        held = real_hold(con, p)
+        if not swaps:
+            swaps.append(os.stat(path).st_ino)
+            os.replace(other, path)  # a publish, between the lock and the ATTACH
+        return held
+
+    monkeypatch.setattr(duckdb_reader, "_hold", hold_then_replaced)
+    con = attach_read_only(path)
+    monkeypatch.undo()
+    assert swaps and os.stat(path).st_ino != swaps[0]
+    assert con.execute("SELECT count(*) FROM entities WHERE key = 'e999'").fetchall()[0][0] == 1  # the new file
+    assert not _unused(path)  # ... and the one it holds
+    release(con)
+    assert _unused(path)
+
+    holds = len(duckdb_reader._HOLDS)
+    monkeypatch.setattr(duckdb_writer, "with_vectors", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError) as failed:
+        _publish(path, inp, max_fraction=1.0)
+    assert failed.value is not None and len(duckdb_reader._HOLDS) == holds and _unused(path)
+
+
+def test_a_spare_is_checked_again_once_taken(tmp_path):
+    """What the spare is gets checked again after it is moved to the publish's own name (it was
+    looked at when the publish began): a second name of the published file (another publish died
+    between keeping the spare and renaming), or a file of another version, is not patched."""
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
+    from graphrag_pipeline.index.duckdb_spare import CatchUp, take_spare
+
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    _publish(path, _edit(inp), max_fraction=1.0)
+    meta = read_meta(path)
+    con = attach_read_only(path)
+    catch_up = CatchUp.read(con)
+    release(con)
+    published = path.read_bytes()
+    os.link(path, tmp_path / "link")
+    assert take_spare(tmp_path / "link", tmp_path / "work", path, meta["previous_index_id"], catch_up, print) is None
+    assert path.read_bytes() == published and _left(tmp_path) == ["index.duckdb"]
+    # a file of another version than the one the published file was patched from
+    _publish(tmp_path / "older.duckdb", inp)
+    assert (
+        take_spare(tmp_path / "older.duckdb", tmp_path / "work", path, meta["previous_index_id"], catch_up, print)
+        is None
+    )
+    assert _left(tmp_path) == ["index.duckdb"]
+    # the right one
+    con = take_spare(spare_path(path), tmp_path / "work", path, meta["previous_index_id"], catch_up, print)
+    assert con is not None
+    con.execute("COMMIT")
+    con.close()
+    assert _tables(tmp_path / "work")["entities"].equals(_tables(path)["entities"])
+
+
 def test_a_failed_copy_or_a_replaced_file_fails_the_publish_and_leaves_what_is_published(tmp_path, monkeypatch):
     inp = _inputs()
     path = tmp_path / "index.duckdb"

@@ -32,13 +32,13 @@ class ElasticsearchConfig(dg.Config):
 
 
 def _type_pool_preview(path) -> dg.MarkdownMetadataValue:
-    from graphrag_pipeline.index.duckdb_reader import attach_read_only
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
 
     con = attach_read_only(path)
     try:
         pool = con.sql('SELECT type, entities, "count" FROM ty2ents ORDER BY "count" DESC, type').pl()
     finally:
-        con.close()
+        release(con)
     return md_table(
         pool.with_columns(pl.col("entities").list.head(5).list.join(", ")).to_dicts(), ["type", "count", "entities"]
     )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import struct
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -31,39 +33,60 @@ def attach_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
     connections of a process to the same path, so a reader would see the old file after a publish
     while another connection is open, and a thread opening or closing that shared instance can race
     with a thread registering Arrow data on it ("python_arrow_scan does not exist")."""
-    con = duckdb.connect(":memory:")
-    try:
-        _hold(con, path)
-        con.execute("ATTACH ? AS published (READ_ONLY)", [str(path)])
-        con.execute("USE published")
-    except BaseException:
+    for _ in range(_ATTEMPTS):
+        con = duckdb.connect(":memory:")
+        try:
+            held = _hold(con, path)
+            con.execute("ATTACH ? AS published (READ_ONLY)", [str(path)])
+            con.execute("USE published")
+            # the file locked is the file attached: no publish renamed another one into place between
+            if held is _NO_LOCKS or (held is not None and _same_file(held, path)):
+                return con
+        except BaseException:
+            release(con)
+            raise
         release(con)
-        raise
-    return con
+        time.sleep(0.01)
+    raise OSError(errno.EAGAIN, f"the search index at {path} kept being replaced while it was opened; try again")
 
+
+_ATTEMPTS = 20
+_NO_LOCKS = object()  # this platform has no open-file-description locks (and then no spare is patched)
 
 # the read locks readers hold: id(connection) -> what releases its lock
 _HOLDS: dict[int, weakref.finalize] = {}
 
 
-def _hold(con, path: str | Path) -> None:
+def _same_file(st: os.stat_result, path: str | Path) -> bool:
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _hold(con, path: str | Path):
     """Take an open-file-description read lock on the file at `path` for as long as `con` lives
-    (or until `release(con)`). A publish patches the file a previous publish replaced only when no
-    lock is held on it (duckdb_spare): DuckDB's own lock is a process lock, which the process loses
-    when it closes any other handle on the same file - a second reader of it, a look at its meta."""
+    (or until `release(con)`); the locked file's stat, or None when it could not be locked (gone, or
+    a publish is patching it: it is no longer the published file), or _NO_LOCKS. A publish patches
+    the file a previous publish replaced only when no lock is held on it (duckdb_spare): DuckDB's
+    own lock is a process lock, which the process loses when it closes any other handle on the same
+    file - a second reader of it, a look at its meta."""
     ofd = getattr(fcntl, "F_OFD_SETLK", None)
     if ofd is None:
-        return  # no such lock here; and then no spare is ever patched (duckdb_spare)
+        return _NO_LOCKS
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return  # DuckDB says why it cannot be read
+        return None  # ATTACH says why it cannot be read (or, found meanwhile, the next attempt locks it)
     try:
         fcntl.fcntl(fd, ofd, struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
+        st = os.fstat(fd)
     except OSError:
-        os.close(fd)  # a publish is catching this file up: it is not the published one any more
-        return
+        os.close(fd)
+        return None
     _HOLDS[id(con)] = weakref.finalize(con, _unhold, id(con), fd)
+    return st
 
 
 def _unhold(key: int, fd: int) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -162,15 +163,24 @@ class CatchUp:
                     con.unregister("_rows")
 
 
-def take_spare(spare: Path, dest: Path, catch_up: CatchUp, say):
+def take_spare(spare: Path, dest: Path, target: Path, holds_id: str, catch_up: CatchUp, say):
     """Move the spare to `dest` and catch it up to the published version: a connection to it, in
     a transaction the patch goes on in (one checkpoint for both: closing after the catch-up alone
-    cost 1 s at 50k). None (and nothing at `dest`) when it vanished, cannot be opened for writing,
-    or does not come out equal."""
+    cost 1 s at 50k). None (and nothing at `dest`) when it vanished, is the published file itself,
+    is held by a reader, is not the version `holds_id`, cannot be opened for writing, or does not
+    come out equal. It was looked at when the publish began; what it is is checked again here, once
+    it has a name no reader and no other publish opens."""
     try:
         os.replace(spare, dest)
     except OSError:
         return None  # another publish took it
+    try:
+        same = os.stat(dest).st_ino == os.stat(target).st_ino
+    except OSError:
+        same = True
+    if same or not _unused(dest):
+        Path(dest).unlink(missing_ok=True)  # a second name of the published file, or of a file being read
+        return None
     try:
         con = duckdb.connect(str(dest))
     except duckdb.Error as exc:
@@ -178,11 +188,19 @@ def take_spare(spare: Path, dest: Path, catch_up: CatchUp, say):
         Path(dest).unlink(missing_ok=True)
         return None
     try:
-        con.execute("BEGIN TRANSACTION")
-        catch_up.apply(con)
-        sums = content_sums(con)
+        row = con.execute("SELECT value FROM meta WHERE key = 'index_id'").fetchall()
+        if not row or json.loads(row[0][0]) != holds_id:
+            sums = {"error": "another version"}
+        else:
+            con.execute("BEGIN TRANSACTION")
+            catch_up.apply(con)
+            sums = content_sums(con)
     except duckdb.Error as exc:
         sums = {"error": str(exc)}
+    except BaseException:
+        con.close()
+        Path(dest).unlink(missing_ok=True)
+        raise
     if sums == catch_up.sums:
         return con
     with contextlib.suppress(duckdb.Error):

@@ -55,7 +55,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from graphrag_pipeline.index.duckdb_reader import attach_read_only
+from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
 from graphrag_pipeline.index.duckdb_spare import CatchUp, drop_spare, keep_as_spare, take_spare, usable_spare
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
@@ -256,7 +256,7 @@ def check_index_file(
     try:
         return index_completeness(con, nodes, edges, communities)
     finally:
-        con.close()
+        release(con)
 
 
 # -- reading a published index ------------------------------------------------------------------
@@ -274,7 +274,7 @@ def read_meta(path: Path) -> dict | None:
     except duckdb.Error:
         return None
     finally:
-        con.close()
+        release(con)
 
 
 _TEXTS = {
@@ -326,7 +326,7 @@ def _vectors_of_same_embedder(target: Path, prev: dict, embedder: Embedder) -> d
     except duckdb.Error:  # a layout too old to hold these columns
         return None
     finally:
-        con.close()
+        release(con)
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -905,7 +905,7 @@ def publish_index(
                 reason = f"{touched} of {total} rows change ({touched / total:.0%} > {max_fraction:.0%})"
             if reason:
                 previous = _read_previous_vectors(con)  # the vectors of unchanged texts are reused
-                con.close()
+                release(con)
                 con = None
                 return full(reason, previous, plans, prev)
 
@@ -925,7 +925,7 @@ def publish_index(
             catch_up = CatchUp.read(con) if spare is not None else None
         finally:
             if con is not None:
-                con.close()
+                release(con)
 
         # vectors for the rows to insert only (a text unchanged under the same key keeps its vector)
         inserts: dict[str, pl.DataFrame] = {}
@@ -949,18 +949,25 @@ def publish_index(
             "build_reason": "incremental",
             "changed_keys": changes.height,
         }
+
+        def still_published() -> None:
+            now = os.stat(target)
+            if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
+                raise RuntimeError(
+                    f"{target} was replaced by another publish while this one compared with it; run again"
+                )
+
         with atomic_path(target, ".duckdb", free_old_later=True) as tmp:
-            con = take_spare(spare, tmp, catch_up, say) if spare is not None else None
+            con = None
+            if spare is not None:
+                still_published()  # (before the spare is used up)
+                con = take_spare(spare, tmp, target, prev["previous_index_id"], catch_up, say)
             if con is None:
                 if spare is not None:
                     spare, copier = None, _Copier(target)
                 copier.take(tmp)
             try:
-                now = os.stat(target)
-                if (now.st_ino, now.st_size, now.st_mtime_ns) != (stat.st_ino, stat.st_size, stat.st_mtime_ns):
-                    raise RuntimeError(
-                        f"{target} was replaced by another publish while this one compared with it; run again"
-                    )
+                still_published()
                 lap("copy" if spare is None else "spare")
                 if con is None:
                     con = duckdb.connect(str(tmp))

@@ -509,7 +509,7 @@ _ORDER = {"nhop": NHOP_ORDER_SQL, "ty2ents": '"count" DESC, type'}
 
 def read_duckdb_tables(path) -> tuple[dict[str, pl.DataFrame], dict]:
     """The tables and meta of a published DuckDB index (the source of an Elasticsearch sync)."""
-    from graphrag_pipeline.index.duckdb_reader import attach_read_only
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
 
     con = attach_read_only(path)
     try:
@@ -519,7 +519,7 @@ def read_duckdb_tables(path) -> tuple[dict[str, pl.DataFrame], dict]:
         }
         meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta").fetchall()}
     finally:
-        con.close()
+        release(con)
     return tables, meta
 
 

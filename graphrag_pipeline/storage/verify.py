@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from graphrag_pipeline.index.duckdb_reader import attach_read_only
+from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
 from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
 from graphrag_pipeline.index.duckdb_writer import check_index_file, nonfinite_vectors, read_meta
 from graphrag_pipeline.storage.files import DamagedFileError, parquet_problem, read_json, verify_parquet
@@ -181,7 +181,7 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
         try:
             bad = nonfinite_vectors(con)
         finally:
-            con.close()
+            release(con)
     except Exception as exc:  # noqa: BLE001 - replaced or damaged meanwhile: said like the check above
         problems.append(
             f"the search index {paths.index_file} cannot be checked ({type(exc).__name__}: {str(exc)[:160]})"

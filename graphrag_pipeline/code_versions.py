@@ -28,8 +28,8 @@ from graphrag_pipeline.llm import prompts
 LOGIC = {
     "chunks": 1,
     "doc_subgraph": 1,
-    "knowledge_graph": 1,
-    "resolved_graph": 1,
+    "knowledge_graph": 2,  # 2: descriptions cut to graph.tables.DESCRIPTION_BUDGET
+    "resolved_graph": 2,
     "communities": 1,
     "community_reports": 1,
     "search_index": 1,

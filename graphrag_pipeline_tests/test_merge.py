@@ -9,6 +9,7 @@ from graphrag_pipeline.extract.records import Entity, Extraction, Relation
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS, build_doc_subgraph
 from graphrag_pipeline.graph.merge import merge_subgraphs
 from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.storage.files import ParquetBundle
 
 
 def ent(name: str, etype: str = "PERSON", description: str = "") -> Entity:
@@ -680,3 +681,70 @@ def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_supersede
     listed = [p.name for p in prefetch_paths(store.paths.graph_dir)]
     assert listed[:2] == [prefetched.nodes_file.name, prefetched.edges_file.name]
     assert len(listed) == 2 + 32 and all(".chunks-" in n for n in listed[2:])
+
+
+def test_a_hub_keeps_the_first_descriptions_that_fit_the_budget_in_every_merge(tmp_path, monkeypatch):
+    """An entity and a relation named by every document keep their distinct descriptions in
+    first-seen order only while they fit DESCRIPTION_BUDGET joined (the first always): the row of a
+    hub does not grow with the corpus. The incremental merge and entity resolution cut alike, and
+    a bundle merged under the older rule is merged again from scratch."""
+    from graphrag_pipeline.graph import mentions, tables
+    from graphrag_pipeline.graph.mentions import update_merged_graph
+    from graphrag_pipeline.graph.resolution import _merge_node_rows
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    monkeypatch.setattr(tables, "DESCRIPTION_BUDGET", 200)
+    store = Store(Paths(tmp_path))
+
+    def write(doc: str, note: str = "") -> None:
+        text = f"Hub as {doc} tells it{note}, " + "x" * 30
+        ents, rels = _doc_rows(doc, [("Hub", text), ("Spoke", f"Spoke in {doc}")], [("Hub", "Spoke")])
+        store.write_subgraph(doc, ents, rels, {"dropped_relations": 0})
+
+    docs = [f"doc{i:02d}" for i in range(20)]
+    for d in docs:
+        write(d)
+    first = update_merged_graph(store, docs)
+    hub = first.nodes.filter(pl.col("key") == "hub").row(0, named=True)
+    assert hub["descriptions"] == [f"Hub as doc{i:02d} tells it, " + "x" * 30 for i in range(len(hub["descriptions"]))]
+    assert len(hub["description"]) <= 200 < len(hub["description"]) + 1 + len(hub["descriptions"][0])
+    edge = first.edges.row(0, named=True)
+    assert len(edge["description"]) <= 200 and 1 < len(edge["descriptions"]) < 20
+    assert len(hub["doc_ids"]) == 20  # the ids are all kept
+
+    # an edit past what the budget keeps leaves the hub's text alone; one inside it changes it
+    write("doc17", " again")
+    later = update_merged_graph(store, docs)
+    assert later.nodes.filter(pl.col("key") == "hub").row(0, named=True)["description"] == hub["description"]
+    write("doc00", " again")
+    later = update_merged_graph(store, docs)
+    assert not later.full
+    assert (
+        later.nodes.filter(pl.col("key") == "hub").row(0, named=True)["descriptions"][0].endswith(" again, " + "x" * 30)
+    )
+    full = merge_subgraphs(*store.read_subgraphs(docs))
+    assert later.nodes.equals(full.nodes) and later.edges.equals(full.edges)
+
+    # one fragment longer than the budget is kept whole
+    assert tables.capped_list(["y" * 500, "z"]) == ["y" * 500]
+    # resolution merges the lists of the entities it joins under the same cut
+    merged = _merge_node_rows([hub, {**hub, "descriptions": ["other " * 10], "description": "other " * 10}])
+    assert merged["descriptions"] == hub["descriptions"] and len(merged["description"]) <= 200
+
+    # a bundle written under another merge rule is merged again: from its shards' rows, and the
+    # files of the documents changed since
+    bundle = ParquetBundle(store.paths.graph_dir, "mentions")
+    manifest = bundle.manifest()
+    assert manifest["merge_rule"] == mentions.MERGE_RULE
+    monkeypatch.setattr(mentions, "MERGE_RULE", mentions.MERGE_RULE + 1)
+    write("doc03", " once more")
+    live = [d for d in docs if d != "doc07"]
+    read, real_read = [], store.read_subgraphs
+    monkeypatch.setattr(store, "read_subgraphs", lambda keys, *a: read.append(list(keys)) or real_read(keys, *a))
+    again = update_merged_graph(store, live)
+    assert again.full and read == [["doc03"]]
+    full = merge_subgraphs(*real_read(live))
+    assert again.nodes.equals(full.nodes) and again.edges.equals(full.edges)
+    assert again.dropped_relations == full.dropped_relations and bundle.manifest()["merge_rule"] == mentions.MERGE_RULE
+    assert not update_merged_graph(store, live).full

@@ -45,6 +45,9 @@ from graphrag_pipeline.storage.files import TABLES, ParquetBundle
 from graphrag_pipeline.storage.store import CHUNK_ROWS
 
 SHARDS = 32
+# the rule merge.py merges by; a bundle written under another one is merged again from scratch
+# (2: descriptions cut to tables.DESCRIPTION_BUDGET)
+MERGE_RULE = 2
 # the merged graph's tables: the knowledge graph's files are links to them, read by every later stage
 GRAPH_TABLES = ("nodes", "edges")
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
@@ -84,10 +87,50 @@ def update_merged_graph(store, keys: list[str], optional: Collection[str] = ()) 
     signatures = store.subgraph_signatures(keys)
     if manifest is not None and "merge_dropped" in manifest:
         try:
-            return _update(store, bundle, manifest, keys, signatures, optional)
-        except (OSError, KeyError, pl.exceptions.PolarsError):
+            if manifest.get("merge_rule") == MERGE_RULE:
+                return _update(store, bundle, manifest, keys, signatures, optional)
+            return _full(
+                store,
+                bundle,
+                manifest,
+                keys,
+                signatures,
+                optional,
+                _kept_rows(store, bundle, manifest, keys, signatures, optional),
+            )
+        except (OSError, KeyError, ValueError, pl.exceptions.PolarsError):
             pass  # a damaged bundle: merge from the per-document files
     return _full(store, bundle, manifest, keys, signatures, optional)
+
+
+def _kept_rows(
+    store, bundle: ParquetBundle, manifest: dict, keys: list[str], signatures: dict[str, str], optional: Collection[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The mention rows and sources of documents `keys` from a bundle merged under another rule:
+    its shards' rows of the documents unchanged since, the files' rows of the others. Merging
+    them all again reads 64 shard files instead of 100,000 per-document files (at 50,000
+    documents: 282 s for a full merge from the files)."""
+    sources = bundle.read(manifest, "sources")
+    before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+    changed = [k for k in keys if before.get(k) != signatures[k]]
+    kept = pl.Series("d", sorted(set(keys) - set(changed)), dtype=pl.Utf8).implode()
+    names = sorted(manifest["tables"])
+    frames = []
+    for kind, columns in (("entities", ENTITY_ROWS), ("relations", RELATION_ROWS)):
+        old = [bundle.read(manifest, n) for n in names if n.startswith(kind + "-")]
+        frames.append(
+            pl.concat([f.select(list(columns)) for f in old], how="vertical_relaxed").filter(
+                pl.col("doc_id").is_in(kept)
+            )
+        )
+    new_entities, new_relations = store.read_subgraphs(changed, optional)
+    entities = pl.concat([frames[0], new_entities.select(frames[0].columns).cast(frames[0].schema)])
+    relations = pl.concat([frames[1], new_relations.select(frames[1].columns).cast(frames[1].schema)])
+    order = {k: i for i, k in enumerate(keys)}  # documents in `keys` order, as read from their files
+    entities = entities.sort(pl.col("doc_id").replace_strict(order, return_dtype=pl.Int64), maintain_order=True)
+    relations = relations.sort(pl.col("doc_id").replace_strict(order, return_dtype=pl.Int64), maintain_order=True)
+    sources = pl.concat([sources.filter(pl.col("doc_id").is_in(kept)), _sources(store, changed, signatures)])
+    return entities, relations, sources.sort("doc_id")
 
 
 def _sources(store, keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
@@ -102,12 +145,17 @@ def _full(
     keys: list[str],
     signatures: dict[str, str],
     optional: Collection[str] = (),
+    rows: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None = None,
 ) -> MergedGraph:
-    entities, relations = store.read_subgraphs(keys, optional)
+    """Everything merged again: from the per-document files, or from `rows` (_kept_rows)."""
+    if rows is None:
+        entities, relations = store.read_subgraphs(keys, optional)
+        sources = _sources(store, keys, signatures)
+    else:
+        entities, relations, sources = rows
     nodes = _merge_nodes(entities) if entities.height else pl.DataFrame(schema=NODE_SCHEMA)
     edges, dropped = _merge_edges(relations, nodes) if relations.height else (pl.DataFrame(schema=EDGE_SCHEMA), 0)
     nodes = with_metrics(nodes, edges)  # stored with the metrics: the knowledge graph's nodes file is a copy
-    sources = _sources(store, keys, signatures)
     tables = {"sources": sources, "nodes": nodes, "edges": edges}
     entities, relations = _with_shard(entities), _with_shard(relations)
     for i in range(SHARDS):
@@ -119,6 +167,7 @@ def _full(
         drop=set((manifest or {}).get("tables", {})),
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
+        merge_rule=MERGE_RULE,
     )
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
@@ -194,6 +243,7 @@ def _update(
         previous=manifest,
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
+        merge_rule=MERGE_RULE,
     )
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)

@@ -1,7 +1,8 @@
 """Merging document subgraphs into one knowledge graph.
 
 Same entity key -> one node: display name = its most frequent surface form, type by majority vote,
-descriptions de-duplicated (first-seen order) and joined, chunk and document ids unioned.
+descriptions de-duplicated (first-seen order), cut to DESCRIPTION_BUDGET and joined, chunk and
+document ids unioned.
 Relations are undirected: same unordered pair -> one edge with summed weight and unioned
 descriptions, keywords and ids. Relations whose endpoint is not a node are dropped and counted.
 """
@@ -18,6 +19,7 @@ from graphrag_pipeline.graph.tables import (
     DESCRIPTION_SEP,
     EDGE_SCHEMA,
     NODE_SCHEMA,
+    capped_descriptions,
     empty_edges,
     empty_nodes,
     with_metrics,
@@ -56,6 +58,7 @@ def _merge_nodes(entities: pl.DataFrame) -> pl.DataFrame:
         entities.filter(pl.col("description") != "")
         .group_by("key", maintain_order=True)
         .agg(_unique_list("description").alias("descriptions"))
+        .with_columns(capped_descriptions(pl.col("descriptions")))
     )
     ids = entities.group_by("key").agg(
         pl.col("source_id").unique().sort().alias("source_ids"),
@@ -104,6 +107,7 @@ def _merge_edges(relations: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataF
             pl.col("source_id").unique().sort().alias("source_ids"),
             pl.col("doc_id").unique().sort().alias("doc_ids"),
         )
+        .with_columns(capped_descriptions(pl.col("descriptions")))
         .rename({"a": "source_key", "b": "target_key"})
         .join(display.rename({"key": "source_key", "name": "source"}), on="source_key")
         .join(display.rename({"key": "target_key", "name": "target"}), on="target_key")

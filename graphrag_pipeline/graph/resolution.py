@@ -24,7 +24,7 @@ import polars as pl
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
-from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA, with_metrics
+from graphrag_pipeline.graph.tables import DESCRIPTION_SEP, EDGE_SCHEMA, NODE_SCHEMA, capped_list, with_metrics
 from graphrag_pipeline.llm.protocol import ChatClient
 
 Judge = Callable[[str, list[tuple[str, str]]], list[bool]]
@@ -270,7 +270,7 @@ def _descriptions_of(row: dict) -> list[str]:
 
 
 def _merged_descriptions(rows: list[dict]) -> list[str]:
-    return _unique(d for row in rows for d in _descriptions_of(row))
+    return capped_list(_unique(d for row in rows for d in _descriptions_of(row)))
 
 
 def _edge_degree(edges: pl.DataFrame) -> dict[str, int]:

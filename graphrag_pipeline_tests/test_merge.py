@@ -739,8 +739,8 @@ def test_a_hub_keeps_the_first_descriptions_that_fit_the_budget_in_every_merge(t
     # files of the documents changed since
     bundle = ParquetBundle(store.paths.graph_dir, "mentions")
     manifest = bundle.manifest()
-    assert manifest["merge_rule"] == mentions.MERGE_RULE
-    monkeypatch.setattr(mentions, "MERGE_RULE", mentions.MERGE_RULE + 1)
+    assert manifest["merge_rule"] == [mentions.MERGE_RULE, 200]
+    monkeypatch.setattr(tables, "DESCRIPTION_BUDGET", 150)  # a budget changed alone is another rule too
     write("doc03", " once more")
     live = [d for d in docs if d != "doc07"]
     read, real_read = [], store.read_subgraphs
@@ -749,5 +749,5 @@ def test_a_hub_keeps_the_first_descriptions_that_fit_the_budget_in_every_merge(t
     assert again.full and read == [["doc03"]]
     full = merge_subgraphs(*real_read(live))
     assert again.nodes.equals(full.nodes) and again.edges.equals(full.edges)
-    assert again.dropped_relations == full.dropped_relations and bundle.manifest()["merge_rule"] == mentions.MERGE_RULE
+    assert again.dropped_relations == full.dropped_relations and bundle.manifest()["merge_rule"] == [2, 150]
     assert not update_merged_graph(store, live).full

@@ -30,6 +30,7 @@ from pathlib import Path
 import polars as pl
 
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
+from graphrag_pipeline.graph import tables
 from graphrag_pipeline.graph.merge import (
     _merge_edges,
     _merge_nodes,
@@ -48,6 +49,14 @@ SHARDS = 32
 # the rule merge.py merges by; a bundle written under another one is merged again from scratch
 # (2: descriptions cut to tables.DESCRIPTION_BUDGET)
 MERGE_RULE = 2
+
+
+def merge_rule() -> list[int]:
+    """What the bundle records of the rule it was merged by: its number and the description budget
+    (a budget changed alone then merges everything again too)."""
+    return [MERGE_RULE, tables.DESCRIPTION_BUDGET]
+
+
 # the merged graph's tables: the knowledge graph's files are links to them, read by every later stage
 GRAPH_TABLES = ("nodes", "edges")
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
@@ -87,7 +96,7 @@ def update_merged_graph(store, keys: list[str], optional: Collection[str] = ()) 
     signatures = store.subgraph_signatures(keys)
     if manifest is not None and "merge_dropped" in manifest:
         try:
-            if manifest.get("merge_rule") == MERGE_RULE:
+            if manifest.get("merge_rule") == merge_rule():
                 return _update(store, bundle, manifest, keys, signatures, optional)
             return _full(
                 store,
@@ -98,7 +107,7 @@ def update_merged_graph(store, keys: list[str], optional: Collection[str] = ()) 
                 optional,
                 _kept_rows(store, bundle, manifest, keys, signatures, optional),
             )
-        except (OSError, KeyError, ValueError, pl.exceptions.PolarsError):
+        except (OSError, KeyError, pl.exceptions.PolarsError):
             pass  # a damaged bundle: merge from the per-document files
     return _full(store, bundle, manifest, keys, signatures, optional)
 
@@ -117,12 +126,10 @@ def _kept_rows(
     names = sorted(manifest["tables"])
     frames = []
     for kind, columns in (("entities", ENTITY_ROWS), ("relations", RELATION_ROWS)):
-        old = [bundle.read(manifest, n) for n in names if n.startswith(kind + "-")]
-        frames.append(
-            pl.concat([f.select(list(columns)) for f in old], how="vertical_relaxed").filter(
-                pl.col("doc_id").is_in(kept)
-            )
-        )
+        old = [bundle.read(manifest, n).select(list(columns)) for n in names if n.startswith(kind + "-")]
+        if not old:
+            raise KeyError(f"the bundle has no {kind} shards")  # merged from the files
+        frames.append(pl.concat(old, how="vertical_relaxed").filter(pl.col("doc_id").is_in(kept)))
     new_entities, new_relations = store.read_subgraphs(changed, optional)
     entities = pl.concat([frames[0], new_entities.select(frames[0].columns).cast(frames[0].schema)])
     relations = pl.concat([frames[1], new_relations.select(frames[1].columns).cast(frames[1].schema)])
@@ -167,7 +174,7 @@ def _full(
         drop=set((manifest or {}).get("tables", {})),
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
-        merge_rule=MERGE_RULE,
+        merge_rule=merge_rule(),
     )
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
@@ -243,7 +250,7 @@ def _update(
         previous=manifest,
         remember=GRAPH_TABLES,
         merge_dropped=dropped,
-        merge_rule=MERGE_RULE,
+        merge_rule=merge_rule(),
     )
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)

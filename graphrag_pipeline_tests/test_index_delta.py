@@ -620,6 +620,32 @@ def test_a_reader_locks_the_file_it_reads_and_lets_go_of_it(tmp_path, monkeypatc
     assert failed.value is not None and len(duckdb_reader._HOLDS) == holds and _unused(path)
 
 
+def test_without_file_locks_readers_read_and_publishes_copy(tmp_path, monkeypatch):
+    """A file system that refuses open-file-description locks (ENOLCK): readers open the index
+    without one, and no publish patches a spare (it cannot know nobody reads it): it copies."""
+    from graphrag_pipeline.index import duckdb_reader, duckdb_spare
+
+    inp = _inputs()
+    path = tmp_path / "index.duckdb"
+    _publish(path, inp)
+    _publish(path, _edit(inp), max_fraction=1.0)
+    real = duckdb_reader.fcntl.fcntl
+
+    def no_locks(fd, cmd, *args):
+        if cmd == duckdb_reader.fcntl.F_OFD_SETLK:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real(fd, cmd, *args)
+
+    monkeypatch.setattr(duckdb_reader.fcntl, "fcntl", no_locks)
+    monkeypatch.setattr(duckdb_spare.fcntl, "fcntl", no_locks)
+    index = DuckDBIndex(path)
+    assert index.con.execute("SELECT count(*) FROM entities").fetchall()[0][0] == _edit(inp)["nodes"].height
+    index.close()
+    res = _publish(path, inp, max_fraction=1.0)
+    assert "copy" in res.phases and "spare" not in res.phases
+    _equals_a_full_rebuild(path, inp, tmp_path / "ref.duckdb")
+
+
 def test_a_spare_is_checked_again_once_taken(tmp_path):
     """What the spare is gets checked again after it is moved to the publish's own name (it was
     looked at when the publish began): a second name of the published file (another publish died

@@ -82,9 +82,11 @@ def _hold(con, path: str | Path):
     try:
         fcntl.fcntl(fd, ofd, struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
         st = os.fstat(fd)
-    except OSError:
+    except OSError as exc:
         os.close(fd)
-        return None
+        # a lock held (a publish patching this file) or, on a file system without such locks
+        # (where no spare is patched either: duckdb_spare._unused says no), none to be had
+        return None if exc.errno in (errno.EAGAIN, errno.EACCES) else _NO_LOCKS
     _HOLDS[id(con)] = weakref.finalize(con, _unhold, id(con), fd)
     return st
 

@@ -623,7 +623,7 @@ def test_a_reader_locks_the_file_it_reads_and_lets_go_of_it(tmp_path, monkeypatc
 def test_without_file_locks_readers_read_and_publishes_copy(tmp_path, monkeypatch):
     """A file system that refuses open-file-description locks (ENOLCK): readers open the index
     without one, and no publish patches a spare (it cannot know nobody reads it): it copies."""
-    from graphrag_pipeline.index import duckdb_reader, duckdb_spare
+    from graphrag_pipeline.index import duckdb_reader
 
     inp = _inputs()
     path = tmp_path / "index.duckdb"
@@ -636,8 +636,7 @@ def test_without_file_locks_readers_read_and_publishes_copy(tmp_path, monkeypatc
             raise OSError(errno.ENOLCK, "No locks available")
         return real(fd, cmd, *args)
 
-    monkeypatch.setattr(duckdb_reader.fcntl, "fcntl", no_locks)
-    monkeypatch.setattr(duckdb_spare.fcntl, "fcntl", no_locks)
+    monkeypatch.setattr(duckdb_reader.fcntl, "fcntl", no_locks)  # the fcntl module: readers and publishes
     index = DuckDBIndex(path)
     assert index.con.execute("SELECT count(*) FROM entities").fetchall()[0][0] == _edit(inp)["nodes"].height
     index.close()
@@ -651,7 +650,8 @@ def test_a_spare_is_checked_again_once_taken(tmp_path):
     looked at when the publish began): a second name of the published file (another publish died
     between keeping the spare and renaming), or a file of another version, is not patched."""
     from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
-    from graphrag_pipeline.index.duckdb_spare import CatchUp, take_spare
+    from graphrag_pipeline.index.duckdb_spare import take_spare
+    from graphrag_pipeline.index.duckdb_writer import CatchUp
 
     inp = _inputs()
     path = tmp_path / "index.duckdb"

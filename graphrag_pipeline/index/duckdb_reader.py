@@ -72,23 +72,35 @@ def _hold(con, path: str | Path):
     the file a previous publish replaced only when no lock is held on it (duckdb_spare): DuckDB's
     own lock is a process lock, which the process loses when it closes any other handle on the same
     file - a second reader of it, a look at its meta."""
-    ofd = getattr(fcntl, "F_OFD_SETLK", None)
-    if ofd is None:
+    if getattr(fcntl, "F_OFD_SETLK", None) is None:
         return _NO_LOCKS
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None  # ATTACH says why it cannot be read (or, found meanwhile, the next attempt locks it)
-    try:
-        fcntl.fcntl(fd, ofd, struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
-        st = os.fstat(fd)
-    except OSError as exc:
+    locked = ofd_lock(fd, fcntl.F_RDLCK)
+    if not locked:
         os.close(fd)
         # a lock held (a publish patching this file) or, on a file system without such locks
         # (where no spare is patched either: duckdb_spare._unused says no), none to be had
-        return None if exc.errno in (errno.EAGAIN, errno.EACCES) else _NO_LOCKS
+        return None if locked is False else _NO_LOCKS
     _HOLDS[id(con)] = weakref.finalize(con, _unhold, id(con), fd)
-    return st
+    return os.fstat(fd)
+
+
+def ofd_lock(fd: int, kind: int) -> bool | None:
+    """Take an open-file-description lock of `kind` (fcntl.F_RDLCK / F_WRLCK) on the whole file
+    open at `fd`, held until that descriptor is closed: True; False when a conflicting lock is held
+    (by any process, this one included); None when there are no such locks (platform or file system)."""
+    ofd = getattr(fcntl, "F_OFD_SETLK", None)
+    if ofd is None:
+        return None
+    try:
+        # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for an open-file-description lock)
+        fcntl.fcntl(fd, ofd, struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 0, 0))
+    except OSError as exc:
+        return False if exc.errno in (errno.EAGAIN, errno.EACCES) else None
+    return True
 
 
 def _unhold(key: int, fd: int) -> None:

@@ -29,14 +29,11 @@ import contextlib
 import fcntl
 import json
 import os
-import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import polars as pl
 
-from graphrag_pipeline.index.records import HASH, KEYS, TABLES
+from graphrag_pipeline.index.duckdb_reader import ofd_lock
 from graphrag_pipeline.storage.files import free_later, temp_name
 
 SPARE_SUFFIX = ".spare"
@@ -51,20 +48,14 @@ def is_spare_name(name: str) -> bool:
 
 
 def _unused(path: Path) -> bool:
-    """Whether no process (this one included) holds a lock on the file at `path`."""
-    ofd = getattr(fcntl, "F_OFD_SETLK", None)
-    if ofd is None:
-        return False  # no lock that sees this process's own readers: never patch a file in place
+    """Whether no process (this one included) holds a lock on the file at `path` (False where
+    there are no open-file-description locks: then no file is ever patched in place)."""
     try:
         fd = os.open(path, os.O_RDWR)
     except OSError:
         return False
     try:
-        # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for an open-file-description lock)
-        fcntl.fcntl(fd, ofd, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
-        return True
-    except OSError:
-        return False
+        return ofd_lock(fd, fcntl.F_WRLCK) is True
     finally:
         os.close(fd)  # releases the lock
 
@@ -90,81 +81,9 @@ def usable_spare(target: Path, published_meta: dict, read_meta) -> Path | None:
     return spare
 
 
-def content_sums(con) -> dict[str, tuple[int, int]]:
-    """Per table: rows, and the sum of a hash of each row's hash (equal multisets of rows give
-    equal sums)."""
-    out = {}
-    for table in TABLES:
-        n, s = con.execute(f"SELECT count(*), coalesce(sum(hash({HASH})), 0) FROM {table}").fetchall()[0]
-        out[table] = (int(n), int(s))
-    return out
-
-
-@dataclass
-class CatchUp:
-    """What turns the spare (version N-1) into version N: per table, the keys to delete and the
-    rows of version N to insert (every column, vectors included); and N's content sums."""
-
-    keys: dict[str, pl.DataFrame]
-    rows: dict[str, pl.DataFrame]
-    sums: dict[str, tuple[int, int]]
-
-    @classmethod
-    def read(cls, con) -> CatchUp:
-        """From the published index (version N) open on `con`."""
-        changes = con.sql("SELECT table_name, key, key2 FROM changes").pl()
-        keys, rows = {}, {}
-        for table in TABLES:
-            cols = list(KEYS[table])
-            if table == "ty2ents":  # a few rows, rewritten whole
-                keys[table] = None
-                rows[table] = con.sql(f"SELECT * FROM {table}").pl()
-                continue
-            mine = changes.filter(pl.col("table_name") == table)
-            k = mine.select(
-                pl.col("key").alias(cols[0]), *([pl.col("key2").alias(cols[1])] if len(cols) > 1 else [])
-            ).unique()
-            keys[table] = k
-            if not k.height:
-                rows[table] = None
-                continue
-            # found by their keys first, then read by row id: a join on the keys reads every column of
-            # the table (a hub entity's description and lists are megabytes; 0.3 s -> 0.01 s at 50k)
-            con.register("_k", k.to_arrow())
-            try:
-                found = con.execute(f"SELECT t.rowid FROM {table} t SEMI JOIN _k USING ({', '.join(cols)})").fetchall()
-            finally:
-                con.unregister("_k")
-            ids = [r[0] for r in found]
-            rows[table] = con.sql(
-                f"SELECT * FROM {table} WHERE rowid IN (SELECT unnest(?::BIGINT[]))", params=[ids]
-            ).pl()
-        return cls(keys, rows, content_sums(con))
-
-    def apply(self, con) -> None:
-        for table in TABLES:
-            k, rows = self.keys[table], self.rows[table]
-            if k is None:
-                con.execute(f"DELETE FROM {table}")
-            elif k.height:
-                cols = list(KEYS[table])
-                con.register("_del", k.to_arrow())
-                try:
-                    on = " AND ".join(f"{table}.{c} = _del.{c}" for c in cols)
-                    con.execute(f"DELETE FROM {table} USING _del WHERE {on}")
-                finally:
-                    con.unregister("_del")
-            if rows is not None and rows.height:
-                con.register("_rows", rows.to_arrow())
-                try:
-                    names = ", ".join(rows.columns)
-                    con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _rows")
-                finally:
-                    con.unregister("_rows")
-
-
-def take_spare(spare: Path, dest: Path, target: Path, holds_id: str, catch_up: CatchUp, say):
-    """Move the spare to `dest` and catch it up to the published version: a connection to it, in
+def take_spare(spare: Path, dest: Path, target: Path, holds_id: str, catch_up, say):
+    """Move the spare to `dest` and catch it up to the published version (`catch_up`:
+    duckdb_writer.CatchUp): a connection to it, in
     a transaction the patch goes on in (one checkpoint for both: closing after the catch-up alone
     cost 1 s at 50k). None (and nothing at `dest`) when it vanished, is the published file itself,
     is held by a reader, is not the version `holds_id`, cannot be opened for writing, or does not
@@ -189,19 +108,18 @@ def take_spare(spare: Path, dest: Path, target: Path, holds_id: str, catch_up: C
         return None
     try:
         row = con.execute("SELECT value FROM meta WHERE key = 'index_id'").fetchall()
-        if not row or json.loads(row[0][0]) != holds_id:
-            sums = {"error": "another version"}
-        else:
+        equal = False  # another version
+        if row and json.loads(row[0][0]) == holds_id:
             con.execute("BEGIN TRANSACTION")
             catch_up.apply(con)
-            sums = content_sums(con)
-    except duckdb.Error as exc:
-        sums = {"error": str(exc)}
+            equal = catch_up.matches(con)
+    except duckdb.Error:
+        equal = False
     except BaseException:
         con.close()
         Path(dest).unlink(missing_ok=True)
         raise
-    if sums == catch_up.sums:
+    if equal:
         return con
     with contextlib.suppress(duckdb.Error):
         con.execute("ROLLBACK")
@@ -220,20 +138,14 @@ def keep_as_spare(target: Path) -> None:
     try:
         os.link(target, link)
     except OSError:
-        drop_spare(target)  # no hard links here: no spare
-        return
+        link = None  # no hard links here: no spare
     try:
-        old = temp_name(spare, ".old")
-        try:
-            os.rename(spare, old)
-        except FileNotFoundError:
-            old = None
-        os.replace(link, spare)
+        drop_spare(target)
+        if link is not None:
+            os.replace(link, spare)
     finally:
-        if os.path.exists(link):
+        if link is not None and os.path.exists(link):
             os.unlink(link)
-    if old is not None:
-        free_later(old)
 
 
 def drop_spare(target: Path) -> None:

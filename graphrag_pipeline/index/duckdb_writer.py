@@ -56,7 +56,7 @@ import duckdb
 import polars as pl
 
 from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
-from graphrag_pipeline.index.duckdb_spare import CatchUp, drop_spare, keep_as_spare, take_spare, usable_spare
+from graphrag_pipeline.index.duckdb_spare import drop_spare, keep_as_spare, take_spare, usable_spare
 from graphrag_pipeline.index.protocol import Embedder
 from graphrag_pipeline.index.records import (
     COLUMNS,
@@ -559,20 +559,30 @@ def _diff_groups(con, table: str, new: pl.DataFrame, only: pl.DataFrame | None =
     return out.with_columns(pl.col("old_rows").cast(pl.Int64), pl.col("new_rows").cast(pl.Int64))
 
 
+def _row_ids(con, table: str, keys_df: pl.DataFrame) -> list[int]:
+    """The row ids of the rows of `table` whose keys are among `keys_df`'s (a scan of the key
+    columns only; a join on the keys reads every column of the table)."""
+    keys = _key_cols(table)
+    with _registered(con, "_k", keys_df.select(keys)):
+        found = con.execute(f"SELECT t.rowid FROM {table} t SEMI JOIN _k USING ({', '.join(keys)})").fetchall()
+    return [r[0] for r in found]
+
+
+def _delete_keys(con, table: str, keys_df: pl.DataFrame) -> None:
+    """Delete the rows of `table` whose keys are among `keys_df`'s."""
+    if keys_df.height:
+        with _registered(con, "_del", keys_df.select(_key_cols(table))):
+            on = " AND ".join(f"{table}.{k} = _del.{k}" for k in _key_cols(table))
+            con.execute(f"DELETE FROM {table} USING _del WHERE {on}")
+
+
 def _old_vectors(con, table: str, keys_df: pl.DataFrame) -> pl.DataFrame:
     """The published rows of these keys (keys, the columns their embedded text is made of, vector),
     those whose vector is not finite left out (embedded again). The rows are found by their keys
     first (a scan of the key columns only), then read by row id: a join on the keys read every
     column of the table, vectors included (and an entity's description, megabytes for a hub)."""
     keys = _key_cols(table)
-    con.register("_k", keys_df.select(keys).to_arrow())
-    try:
-        ids = [
-            r[0]
-            for r in con.execute(f"SELECT t.rowid FROM {table} t SEMI JOIN _k USING ({', '.join(keys)})").fetchall()
-        ]
-    finally:
-        con.unregister("_k")
+    ids = _row_ids(con, table, keys_df)
     cols = ", ".join(dict.fromkeys([*keys, *TEXT_COLUMNS[table], "embedding"]))
     return con.sql(
         f"SELECT {cols} FROM {table} WHERE rowid IN (SELECT unnest(?::BIGINT[])) AND NOT {_NOT_FINITE}", params=[ids]
@@ -629,17 +639,74 @@ def _changes_frame(plans: dict[str, _TablePlan]) -> pl.DataFrame:
 def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) -> None:
     """Delete and insert the planned rows (inserts: the planned insert rows with their vectors)."""
     for table, plan in plans.items():
-        keys = _key_cols(table)
         if table == "ty2ents":
             if plan.changed.height:  # six-odd rows: rewritten whole, so the table keeps its order
                 con.execute("DELETE FROM ty2ents")
                 _insert_frame(con, "ty2ents", inserts["ty2ents"])
             continue
-        if plan.delete_keys.height:
-            with _registered(con, "_del", plan.delete_keys):
-                on = " AND ".join(f"{table}.{k} = _del.{k}" for k in keys)
-                con.execute(f"DELETE FROM {table} USING _del WHERE {on}")
+        _delete_keys(con, table, plan.delete_keys)
         _insert_frame(con, table, inserts[table])
+
+
+def content_sums(con) -> dict[str, tuple[int, int]]:
+    """Per table: rows, and the sum of a hash of each row's hash (equal multisets of rows give
+    equal sums)."""
+    out = {}
+    for table in TABLES:
+        n, s = con.execute(f"SELECT count(*), coalesce(sum(hash({HASH})), 0) FROM {table}").fetchall()[0]
+        out[table] = (int(n), int(s))
+    return out
+
+
+@dataclass
+class CatchUp:
+    """What turns the spare (version N-1, see duckdb_spare) into version N: per table, the keys to
+    delete (None: every row) and the rows of version N to insert (every column, vectors included);
+    and N's content sums."""
+
+    keys: dict[str, pl.DataFrame | None]
+    rows: dict[str, pl.DataFrame]
+    sums: dict[str, tuple[int, int]]
+
+    @classmethod
+    def read(cls, con) -> CatchUp:
+        """From the published index (version N) open on `con`: the keys its `changes` table names."""
+        changes = con.sql("SELECT table_name, key, key2 FROM changes").pl()
+        keys, rows = {}, {}
+        for table in TABLES:
+            cols = _key_cols(table)
+            if table == "ty2ents":  # a few rows, rewritten whole (as _apply does)
+                keys[table], rows[table] = None, con.sql(f"SELECT * FROM {table}").pl()
+                continue
+            keys[table] = (
+                changes.filter(pl.col("table_name") == table)
+                .select(pl.col("key").alias(cols[0]), *([pl.col("key2").alias(cols[1])] if len(cols) > 1 else []))
+                .unique()
+            )
+            if not keys[table].height:
+                rows[table] = con.sql(f"SELECT * FROM {table} LIMIT 0").pl()
+                continue
+            # read by row id (0.3 -> 0.01 s at 50k: a hub entity's row is megabytes)
+            ids = _row_ids(con, table, keys[table])
+            rows[table] = con.sql(
+                f"SELECT * FROM {table} WHERE rowid IN (SELECT unnest(?::BIGINT[]))", params=[ids]
+            ).pl()
+        return cls(keys, rows, content_sums(con))
+
+    def apply(self, con) -> None:
+        for table in TABLES:
+            if self.keys[table] is None:
+                con.execute(f"DELETE FROM {table}")
+            else:
+                _delete_keys(con, table, self.keys[table])
+            if self.rows[table].height:
+                with _registered(con, "_rows", self.rows[table]):
+                    names = ", ".join(self.rows[table].columns)
+                    con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _rows")
+
+    def matches(self, con) -> bool:
+        """Whether the file open on `con` now holds what version N holds."""
+        return content_sums(con) == self.sums
 
 
 def _compare(

@@ -55,7 +55,7 @@ def atomic_path(target: Path, suffix: str = "", *, free_old_later: bool = False)
     meanwhile. A process killed before the thread ran leaves the name to clean_temp_files."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(target, suffix)
+    tmp = temp_name(target, suffix)
     try:
         yield Path(tmp)
         old = _keep_old(target) if free_old_later and _FREE_LATER.enabled else None
@@ -111,10 +111,6 @@ def free_later(path: str | Path) -> None:
 
 def temp_name(target: Path, suffix: str) -> str:
     """A free temporary name beside `target`, of the pattern clean_temp_files removes."""
-    return _temp_name(target, suffix)
-
-
-def _temp_name(target: Path, suffix: str) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
     os.close(fd)
     os.unlink(tmp)  # let the writer create it (DuckDB refuses an existing empty file)
@@ -123,7 +119,7 @@ def _temp_name(target: Path, suffix: str) -> str:
 
 def _keep_old(target: Path) -> str | None:
     """A second, temporary name for the file at `target` (None when there is none, or no hard link)."""
-    old = _temp_name(target, ".old")
+    old = temp_name(target, ".old")
     try:
         os.link(target, old)
     except OSError:

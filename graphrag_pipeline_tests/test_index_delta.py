@@ -1180,3 +1180,80 @@ def test_row_hashes_and_parquet_files_do_not_depend_on_how_a_table_is_chunked(tm
         write_parquet(table, tmp_path / f"{i}.parquet")
     assert (tmp_path / "0.parquet").read_bytes() == (tmp_path / "1.parquet").read_bytes()
     assert pl.read_parquet(tmp_path / "1.parquet").equals(df)
+
+
+def test_worn_tables_are_those_with_many_replaced_rows_still_stored():
+    con = duckdb.connect()
+    try:
+        for t in TABLES:
+            con.execute(f"CREATE TABLE {t} AS SELECT range AS i FROM range(4000)")
+        con.execute("DELETE FROM entities WHERE i < 1000")  # 1000 of 3000 live: worn
+        con.execute("DELETE FROM relations WHERE i < 500")  # 500 of 3500: not
+        live = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
+        assert duckdb_writer.worn_tables(con, live) == ["entities"]
+        saved = duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION
+        duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = 400, 0.1  # 500 deleted of 3500: worn too
+        try:
+            assert duckdb_writer.worn_tables(con, live) == ["entities", "relations"]
+        finally:
+            duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = saved
+        order = con.execute("SELECT i FROM entities").fetchall()
+        duckdb_writer.rewrite_tables(con, ["entities"])
+        assert con.execute("SELECT i FROM entities").fetchall() == order and len(order) == 3000
+    finally:
+        con.close()
+
+
+def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_path, monkeypatch):
+    """A patch writes the tables that many replaced rows wore (DuckDB's checkpoint writes every row
+    appended since a row group was written, so each publish took longer than the last) whole again,
+    in its transaction: every table here, whatever it holds."""
+    monkeypatch.setattr(duckdb_writer, "WORN_MIN_ROWS", 0)
+    monkeypatch.setattr(duckdb_writer, "WORN_FRACTION", 0.0)
+    before, after = _inputs(), _edit(_inputs())
+    path, ref = tmp_path / "index.duckdb", tmp_path / "ref.duckdb"
+    _publish(path, before)
+    bases = []
+    for inp in (after, before, after):
+        res = _publish(path, inp, max_fraction=1.0)
+        assert res.mode == "delta" and res.reason == f"incremental ({', '.join(TABLES)} written whole)", res.reason
+        bases.append("spare" if "spare" in res.phases else "copy")
+        _equals_a_full_rebuild(path, inp, ref)
+    assert bases == ["copy", "spare", "spare"]
+
+
+def test_a_hub_record_keeps_its_first_source_ids_and_the_documents_that_hold_them(monkeypatch):
+    """The graph keeps every chunk an entity comes from; its index record the first SOURCE_IDS_KEPT
+    (a hub's thousands were rewritten by every edit that touched it), and of its documents those
+    holding them: a chunk several documents hold names only those the entity lists."""
+    from graphrag_pipeline.index import records
+
+    monkeypatch.setattr(records, "SOURCE_IDS_KEPT", 2)
+    entities = pl.DataFrame(
+        {
+            "key": ["hub", "small", "lost"],
+            "description": ["h", "s", "l"],
+            "source_ids": [["c1", "c2", "c3", "c4"], ["c3"], ["x1", "x2", "x3"]],
+            "doc_ids": [["d1", "d2", "d3"], ["d2"], ["d5", "d6", "d7"]],
+        }
+    )
+    chunks = pl.DataFrame(
+        {"chunk_id": ["c1", "c1", "c1", "c2", "c3", "c4"], "doc_id": ["d3", "d1", "d9", "d3", "d2", "d3"]}
+    )
+    got = records.kept_sources(entities, chunks)
+    assert got.columns == entities.columns and got["key"].to_list() == ["hub", "small", "lost"]
+    assert got.row(0, named=True) == {
+        "key": "hub",
+        "description": "h",
+        "source_ids": ["c1", "c2"],
+        "doc_ids": ["d1", "d3"],
+    }
+    assert got.row(1, named=True) == entities.row(1, named=True)
+    # chunks not found (no chunk rows): the first documents
+    assert got.row(2, named=True)["doc_ids"] == ["d5", "d6"] and got.row(2, named=True)["source_ids"] == ["x1", "x2"]
+    assert records.kept_sources(entities.slice(1, 1), chunks).equals(entities.slice(1, 1))
+    # relations keep as many
+    inp = _inputs()
+    edges = inp["edges"].with_columns(pl.lit(["a", "b", "c"]).alias("source_ids"))
+    rows = records.build_index_rows(inp["nodes"], edges, inp["communities"], [], inp["chunks"])
+    assert rows.relations["source_ids"].list.len().max() == 2

@@ -28,6 +28,11 @@ from graphrag_pipeline.storage.files import in_slices
 NHOP_MAX_NEIGHBOURS = 16
 NHOP_MAX_SECOND = 4
 TY2ENTS_SAMPLES = 10
+# source chunk ids an entity or relation record keeps (the first, by id): a hub entity names
+# thousands (15,000 at 50,000 generated documents) and each edit that touched it rewrote them all,
+# in the record, its hash and the index file (whose checkpoint rewrote every such row appended
+# since); queries look up 20 (query/search._SOURCE_LOOKUP) and the graph keeps every id
+SOURCE_IDS_KEPT = 100
 
 TABLES = ("entities", "relations", "community_reports", "chunks", "nhop", "ty2ents")
 VECTOR_TABLES = ("entities", "relations", "community_reports", "chunks")
@@ -534,6 +539,45 @@ def _with_pages(chunks: pl.DataFrame) -> pl.DataFrame:
     return chunks.with_columns(missing) if missing else chunks
 
 
+def kept_sources(entities: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
+    """`entities` with at most SOURCE_IDS_KEPT source ids each (the first, by id) and, of their
+    documents, those that hold the chunks kept (what a query's lookup filters by; see
+    query/search._locate). Entities with fewer ids keep their lists as they are.
+
+    chunks: chunk_id, doc_id of every chunk. A kept chunk only one document holds names a document
+    of the entity; one several hold (an identical paragraph) names those of them the entity lists."""
+    lens = entities["source_ids"].list.len()
+    if not (lens > SOURCE_IDS_KEPT).any():
+        return entities
+    long = lens > SOURCE_IDS_KEPT
+    # (narrow frames: a hub's lists are long, its description too)
+    chunk_docs = chunks.select(pl.col("chunk_id").alias("_c"), "doc_id").unique()
+    chunk_docs = chunk_docs.with_columns((pl.len().over("_c") > 1).alias("_shared"))
+    pairs = (
+        entities.select("key", pl.col("source_ids").list.head(SOURCE_IDS_KEPT).alias("_c"))
+        .filter(long)
+        .explode("_c")
+        .join(chunk_docs, on="_c", how="inner")
+    )
+    several = pairs.filter("_shared")
+    if several.height:
+        named = (
+            entities.select("key", pl.col("doc_ids").alias("doc_id"))
+            .join(several.select("key").unique(), on="key", how="semi")
+            .explode("doc_id")
+        )
+        pairs = pl.concat([pairs.filter(~pl.col("_shared")), several.join(named, on=["key", "doc_id"], how="semi")])
+    docs = pairs.group_by("key").agg(pl.col("doc_id").unique().sort().alias("_docs"))
+    # (joined on the key column alone: the entity rows are wide, hubs' descriptions long)
+    docs = entities.select("key").join(docs, on="key", how="left", maintain_order="left")["_docs"]
+    # an entity none of whose kept chunks is found (no chunk rows given) keeps its first documents
+    cut = pl.coalesce(pl.lit(docs), pl.col("doc_ids").list.head(SOURCE_IDS_KEPT))
+    return entities.with_columns(
+        pl.col("source_ids").list.head(SOURCE_IDS_KEPT),
+        pl.when(long).then(cut).otherwise(pl.col("doc_ids")).alias("doc_ids"),
+    )
+
+
 def build_index_rows(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
@@ -564,7 +608,8 @@ def build_index_rows(
         "source_ids",
         "doc_ids",
     )
-    relations = edges.select(*COLUMNS["relations"])
+    entities = kept_sources(entities, chunks)
+    relations = edges.select(*COLUMNS["relations"]).with_columns(pl.col("source_ids").list.head(SOURCE_IDS_KEPT))
 
     reports_df = _report_rows(reports, communities, nodes, chunks, sources)
     chunk_df = _with_pages(chunks).select(*COLUMNS["chunks"])

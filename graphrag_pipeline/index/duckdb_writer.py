@@ -648,35 +648,51 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
         _insert_frame(con, table, inserts[table])
 
 
-# A table many of whose rows have been replaced since it was written whole (in the published file)
-# is written whole again, in the patch's transaction. DuckDB's checkpoint writes again every row appended to a row group
-# since that group was written, and a patch appends the new version of each row it replaces: without
-# this, every publish took longer than the one before (the entities' checkpoint at 50,000 documents:
-# 0.08 s after a full build, 0.68 s some 60 updates later). A rewrite of the entities there costs
-# about 2 s, once every few dozen updates.
+# A table many of whose rows were replaced since it was written whole is written whole again after
+# the patch's checkpoint, in a transaction of its own (same rows). DuckDB's checkpoint writes again
+# every row appended to a row group since that group was written, and a patch appends the new version
+# of each row it replaces: without this, each publish took longer than the one before (the entities'
+# checkpoint at 50,000 documents: 0.08 s after a full build, 0.68 s some 60 updates later). A rewrite
+# of the entities there costs about 1.5 s, once every few dozen updates of each file (the published
+# one and the spare take turns).
 WORN_FRACTION = 0.25  # replaced rows (still in the file) per live row
 WORN_MIN_ROWS = 1000
 
 
-def worn_tables(con, live: dict[str, int]) -> list[str]:
-    """The tables of the database open on `con` (whose live rows per table are `live`) whose deleted
-    rows, still stored, are at least WORN_FRACTION of their live rows and WORN_MIN_ROWS."""
+def worn_tables(con) -> list[str]:
+    """The tables of the database open on `con` (checkpointed) whose deleted rows, still stored,
+    are at least WORN_FRACTION of their live rows and WORN_MIN_ROWS."""
     stored = dict(
         con.execute(
             "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database()"
         ).fetchall()
     )
+    live = _table_counts(con)
     return [t for t in TABLES if stored.get(t, 0) - live[t] >= max(WORN_MIN_ROWS, WORN_FRACTION * live[t])]
 
 
 def rewrite_tables(con, tables: list[str]) -> None:
-    """Write `tables` of the database open on `con` afresh: same rows, same order, new storage."""
-    for table in tables:
-        rows = con.sql(f"SELECT * FROM {table}").pl()
-        con.execute(f"DELETE FROM {table}")
-        with _registered(con, "_rows", rows):
-            names = ", ".join(rows.columns)
-            con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _rows")
+    """Write `tables` of the database open on `con` afresh (same rows, same order, new storage), in a
+    transaction of their own, and checkpoint. Raises (the file as it was) when a table comes out
+    with other rows."""
+    before = {t: v for t, v in content_sums(con).items() if t in tables}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in tables:
+            rows = con.sql(f"SELECT * FROM {table}").pl()
+            con.execute(f"DELETE FROM {table}")
+            with _registered(con, "_rows", rows):
+                names = ", ".join(rows.columns)
+                con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _rows")
+        after = {t: v for t, v in content_sums(con).items() if t in tables}
+        if after != before:
+            raise RuntimeError(f"the tables {', '.join(tables)} came out of their rewrite with other rows")
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    con.execute("CHECKPOINT")
 
 
 def content_sums(con) -> dict[str, tuple[int, int]]:
@@ -985,7 +1001,6 @@ def publish_index(
         con = attach_read_only(target)
         try:
             old_counts = _table_counts(con)
-            worn = worn_tables(con, old_counts)  # (the file patched has the published one's history, or one less)
             plans, n_affected = _compare(con, rows, edges, old_counts)
             lap("compare")
             # rows with vectors decide (they are what a full build costs); a row of the small vectorless
@@ -1072,9 +1087,6 @@ def publish_index(
                     con = duckdb.connect(str(tmp))
                     con.execute("BEGIN TRANSACTION")
                 _apply(con, plans, inserts)
-                if worn:
-                    say(f"writing {', '.join(worn)} whole (many of their rows were replaced since they were written)")
-                    rewrite_tables(con, worn)
                 counts = _table_counts(con)
                 _write_meta(
                     con,
@@ -1086,12 +1098,22 @@ def publish_index(
                 verify(con)
                 lap("verify")
                 con.execute("CHECKPOINT")
+                worn = worn_tables(con)
+                if worn:
+                    lap("write")
+                    say(f"writing {', '.join(worn)} whole again: many of their rows were replaced since")
+                    try:
+                        rewrite_tables(con, worn)
+                    except Exception as exc:  # noqa: BLE001 - the patched file is complete: publish it as it is
+                        say(f"{', '.join(worn)} not written whole again ({type(exc).__name__}: {exc})")
+                        worn = []
+                    lap("rewrite")
                 free, blocks = free_blocks(con)
             finally:
                 if con is not None:
                     con.close()
                 _drop_wal(tmp)
-            reason = f"incremental ({', '.join(worn)} written whole)" if worn else "incremental"
+            reason = f"incremental ({', '.join(worn)} written whole again)" if worn else "incremental"
             compacted = False
             if free > compact_above * blocks and free >= compact_min_blocks:
                 lap("write")

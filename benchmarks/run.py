@@ -1461,6 +1461,172 @@ def cmd_update_ab(args) -> None:
 AB_STEPS = ("knowledge_graph", "resolved_graph", "communities", "community_reports", "search_index")
 
 
+def cmd_index_series(args) -> None:
+    """Consecutive delta publishes of a kept home's search index, the index step alone (no Dagster,
+    no other stage), two versions of the code each on its own copy of the published file: what a
+    publish costs as updates pile up. Every update replaces what a one-document edit of a hub-heavy
+    corpus replaces: the descriptions of the 20 entities of highest degree and of 20 others, and of
+    60 relations (the same edits for both versions; the relations' texts are embedded again).
+    The graph, communities, reports and chunks are read from the home, which is not changed."""
+    home = args.home.resolve()
+    index = home / "index" / "search_index.duckdb"
+    if not index.exists():
+        raise SystemExit(f"{index} not found: a home kept by `scale --keep-homes` has one")
+    commits = [
+        subprocess.run(
+            ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for rev in (args.before, args.after)
+    ]
+    work = fresh(args.work_dir / "index-series")
+    subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=False)
+    rows, trees = [], []
+    try:
+        for commit in commits:
+            tree = work / f"tree-{commit}"
+            subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=REPO, check=True)
+            trees.append(tree)
+            target = work / f"index-{commit}" / "search_index.duckdb"
+            target.parent.mkdir(parents=True)
+            shutil.copyfile(index, target)
+            out = work / f"series-{commit}.jsonl"
+            say(f"index-series: {args.updates} publishes by {commit}")
+            subprocess.run(
+                [sys.executable, str(HERE / "run.py"), "--work-dir", str(work), "index-series-driver"]
+                + ["--home", str(home), "--index", str(target), "--updates", str(args.updates), "--out", str(out)],
+                env=clean_env(PYTHONPATH=str(tree)),
+                check=True,
+            )
+            rows += [{"code": commit, **json.loads(line)} for line in out.read_text().splitlines()]
+            shutil.rmtree(target.parent, ignore_errors=True)
+    finally:
+        for tree in trees:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+    summary = []
+    for commit in commits:
+        mine = [r["seconds"] for r in rows if r["code"] == commit]
+        # the first publish copies the file (no spare yet) and re-writes what the version's records change
+        later = mine[1:]
+        tail = later[-10:]
+        summary.append(
+            {
+                "code": commit,
+                "publishes": len(mine),
+                "first_10_median_s": round(statistics.median(later[:10]), 3),
+                "last_10_median_s": round(statistics.median(tail), 3),
+                "max_s": round(max(later), 3),
+                "rewrites": sum("written whole" in r["reason"] for r in rows if r["code"] == commit),
+                "entity_rows_stored_at_end": [r for r in rows if r["code"] == commit][-1]["entities_stored"],
+            }
+        )
+    cols = ["code", "update", "seconds", "write_s", "rewrite_s", "entities_stored", "entities_live", "reason"]
+    path = write_result(
+        args.results_dir,
+        args.name or "index-series",
+        "Consecutive delta publishes of the search index, two versions of the code",
+        {"home": str(home), "before": args.before, "after": args.after, "updates": args.updates},
+        {"rows": rows, "summary": summary},
+        [
+            ("Per version (s; after the first publish)", md_table(summary, list(summary[0]))),
+            ("Every publish", md_table(rows, cols)),
+        ],
+    )
+    plot_index_series(json.loads(path.read_text()), args.results_dir / f"{args.name or 'index-series'}.png")
+
+
+def cmd_index_series_driver(args) -> None:
+    """(run by index-series with one version's code on PYTHONPATH) `args.updates` delta publishes of
+    the index file `args.index`, one JSON line each."""
+    import polars as pl
+
+    from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
+    from graphrag_pipeline.index.duckdb_writer import publish_index, read_meta
+    from graphrag_pipeline.index.embedding import HashingEmbedder
+    from graphrag_pipeline.index.records import COLUMNS, collect_reports
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    store = Store(Paths(args.home))
+    nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
+    comms = store.read_communities()
+    reports, missing = collect_reports(comms, store.read_report)
+    if missing:
+        raise SystemExit(f"{len(missing)} reports missing in {args.home}")
+    con = attach_read_only(args.index)
+    try:  # the chunk rows as published (the home's chunk shards are a cache this must not write)
+        chunks = con.sql("SELECT * EXCLUDE (embedding, row_hash) FROM chunks").pl()
+    finally:
+        release(con)
+    meta = {k: v for k, v in read_meta(args.index).items() if k in ("method", "documents", "communities")}
+    embedder = HashingEmbedder()
+    top = nodes.sort(["degree", "key"], descending=[True, False])["key"].head(20).to_list()
+    rng = random.Random(20261203)
+    with open(args.out, "w") as out:
+        for k in range(args.updates):
+            keys = set(top) | set(rng.sample(nodes["key"].to_list(), 20))
+            pairs = rng.sample(range(edges.height), 60)
+            tag = f" (edit {k})"
+            nodes = nodes.with_columns(
+                pl.when(pl.col("key").is_in(list(keys)))
+                .then(pl.col("description").str.replace(r" \(edit \d+\)$", "") + tag)
+                .otherwise(pl.col("description"))
+                .alias("description")
+            )
+            hit = pl.Series(range(edges.height)).is_in(pairs)
+            edges = edges.with_columns(
+                pl.when(hit)
+                .then(pl.col("description").str.replace(r" \(edit \d+\)$", "") + tag)
+                .otherwise(pl.col("description"))
+                .alias("description")
+            )
+            res = publish_index(Path(args.index), nodes, edges, comms, reports, chunks, embedder, meta)
+            con = attach_read_only(args.index)
+            try:
+                sizes = (
+                    "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database()"
+                )
+                stored = dict(con.execute(sizes).fetchall())
+                live = con.execute("SELECT count(*) FROM entities").fetchall()[0][0]
+            finally:
+                release(con)
+            row = {
+                "update": k + 1,
+                "mode": res.mode,
+                "reason": res.reason,
+                "seconds": round(res.seconds, 3),
+                "write_s": res.phases.get("write"),
+                "rewrite_s": res.phases.get("rewrite"),
+                "entities_stored": stored.get("entities"),
+                "entities_live": live,
+            }
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            say(f"index-series: publish {k + 1}: {row['seconds']} s ({res.mode}; {res.reason})")
+
+
+def plot_index_series(data: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for s in data["summary"]:
+        mine = [r for r in data["rows"] if r["code"] == s["code"]]
+        ax.plot([r["update"] for r in mine], [r["seconds"] for r in mine], marker=".", label=s["code"])
+    ax.set_xlabel("delta publish (one synthetic hub-heavy update each)")
+    ax.set_ylabel("publish seconds")
+    ax.set_title(f"Search index publishes in a row ({Path(data['settings']['home']).name})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.text(0.01, 0.01, machine_line(data["machine"]), fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    say(f"wrote {path}")
+    return path
+
+
 def pick_edit_targets(
     corpus: Path, rels: list[str], k: int, min_bytes: int = 2000, preferred: str | None = REAL_PREFERRED_EDIT
 ) -> list[str]:
@@ -2793,6 +2959,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ab.add_argument("--name")
     ab.set_defaults(func=cmd_update_ab)
+
+    ix = sub.add_parser("index-series", help="delta publishes of a kept home's index in a row, two code versions")
+    ix.add_argument("--home", type=Path, required=True, help="a home kept by `scale --keep-homes`")
+    ix.add_argument("--before", required=True, help="git revision of the code to compare with")
+    ix.add_argument("--after", default="HEAD", help="git revision of the code under test")
+    ix.add_argument("--updates", type=int, default=60, help="publishes per version")
+    ix.add_argument("--name")
+    ix.set_defaults(func=cmd_index_series)
+    ixd = sub.add_parser("index-series-driver", help=argparse.SUPPRESS)
+    ixd.add_argument("--home", type=Path, required=True)
+    ixd.add_argument("--index", type=Path, required=True)
+    ixd.add_argument("--updates", type=int, required=True)
+    ixd.add_argument("--out", type=Path, required=True)
+    ixd.set_defaults(func=cmd_index_series_driver)
 
     r = sub.add_parser(
         "real", help="fast build of the Linux kernel documentation (linux-doc-6.1), one-paragraph edits and reverts"

@@ -1197,8 +1197,10 @@ def test_worn_tables_are_those_with_many_replaced_rows_still_stored():
         finally:
             duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = saved
         order = con.execute("SELECT i FROM entities").fetchall()
-        duckdb_writer.rewrite_tables(con, ["entities"])
+        con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        duckdb_writer.rewrite_tables(con, ["entities"], "incremental (entities written whole again)")
         assert con.execute("SELECT i FROM entities").fetchall() == order and len(order) == 3000
+        assert con.execute("SELECT value FROM meta").fetchall() == [('"incremental (entities written whole again)"',)]
     finally:
         con.close()
 
@@ -1206,8 +1208,8 @@ def test_worn_tables_are_those_with_many_replaced_rows_still_stored():
 def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_path, monkeypatch):
     """A patch writes the tables that many replaced rows wore (DuckDB's checkpoint writes every row
     appended since a row group was written, so each publish took longer than the last) whole again
-    after its checkpoint: every table here, whatever it holds; and the file patched decides, not
-    the published one (the spare and the published file take turns)."""
+    after its checkpoint (every table here, whatever it holds), in a transaction that also says so
+    in the file's meta."""
     monkeypatch.setattr(duckdb_writer, "WORN_MIN_ROWS", 0)
     monkeypatch.setattr(duckdb_writer, "WORN_FRACTION", 0.0)
     before, after = _inputs(), _edit(_inputs())
@@ -1219,9 +1221,15 @@ def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_
         assert res.mode == "delta" and res.reason == f"incremental ({', '.join(TABLES)} written whole again)", (
             res.reason
         )
+        assert read_meta(path)["build_reason"] == res.reason == res.meta["build_reason"]
         bases.append("spare" if "spare" in res.phases else "copy")
         _equals_a_full_rebuild(path, inp, ref)
     assert bases == ["copy", "spare", "spare"]
+    # a file about to be compacted is not rewritten first (the copy writes every table afresh)
+    drop_spare(path)
+    res = _publish(path, before, max_fraction=1.0, compact_above=0.0, compact_min_blocks=0)
+    assert res.compacted and "written whole" not in res.reason, res.reason
+    _equals_a_full_rebuild(path, before, ref)
 
 
 def test_a_hub_record_keeps_its_first_source_ids_and_the_documents_that_hold_them(monkeypatch):

@@ -653,7 +653,7 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
 # every row appended to a row group since that group was written, and a patch appends the new version
 # of each row it replaces: without this, each publish took longer than the one before (the entities'
 # checkpoint at 50,000 documents: 0.08 s after a full build, 0.68 s some 60 updates later). A rewrite
-# of the entities there costs about 1.5 s, once every few dozen updates of each file (the published
+# of the entities there costs 1.5-2.5 s, once every few dozen updates of each file (the published
 # one and the spare take turns).
 WORN_FRACTION = 0.25  # replaced rows (still in the file) per live row
 WORN_MIN_ROWS = 1000
@@ -671,28 +671,28 @@ def worn_tables(con) -> list[str]:
     return [t for t in TABLES if stored.get(t, 0) - live[t] >= max(WORN_MIN_ROWS, WORN_FRACTION * live[t])]
 
 
-def rewrite_tables(con, tables: list[str]) -> None:
-    """Write `tables` of the database open on `con` afresh (same rows, same order, new storage), in a
-    transaction of their own, and checkpoint. Raises (the file as it was) when a table comes out
-    with other rows."""
+def rewrite_tables(con, tables: list[str], build_reason: str) -> None:
+    """Write `tables` of the database open on `con` afresh (same rows, same order, new storage; in
+    DuckDB, which spills what does not fit in memory) in a transaction of their own, which also
+    sets the meta's `build_reason`. Raises (the file as it was) when a table comes out with other
+    rows. The caller checkpoints."""
     before = {t: v for t, v in content_sums(con).items() if t in tables}
     con.execute("BEGIN TRANSACTION")
     try:
         for table in tables:
-            rows = con.sql(f"SELECT * FROM {table}").pl()
+            con.execute(f"CREATE TEMP TABLE _rewrite AS SELECT * FROM {table}")
             con.execute(f"DELETE FROM {table}")
-            with _registered(con, "_rows", rows):
-                names = ", ".join(rows.columns)
-                con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _rows")
+            con.execute(f"INSERT INTO {table} SELECT * FROM _rewrite")
+            con.execute("DROP TABLE _rewrite")
         after = {t: v for t, v in content_sums(con).items() if t in tables}
         if after != before:
             raise RuntimeError(f"the tables {', '.join(tables)} came out of their rewrite with other rows")
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('build_reason', ?)", [json.dumps(build_reason)])
         con.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
-    con.execute("CHECKPOINT")
 
 
 def content_sums(con) -> dict[str, tuple[int, int]]:
@@ -1098,24 +1098,29 @@ def publish_index(
                 verify(con)
                 lap("verify")
                 con.execute("CHECKPOINT")
-                worn = worn_tables(con)
+                free, blocks = free_blocks(con)
+                compact = free > compact_above * blocks and free >= compact_min_blocks
+                # (a compaction writes every table afresh anyway; blocks a rewrite frees are used again)
+                worn = [] if compact else worn_tables(con)
+                reason = f"incremental ({', '.join(worn)} written whole again)" if worn else "incremental"
                 if worn:
                     lap("write")
                     say(f"writing {', '.join(worn)} whole again: many of their rows were replaced since")
                     try:
-                        rewrite_tables(con, worn)
+                        rewrite_tables(con, worn, reason)
                     except Exception as exc:  # noqa: BLE001 - the patched file is complete: publish it as it is
                         say(f"{', '.join(worn)} not written whole again ({type(exc).__name__}: {exc})")
-                        worn = []
+                        reason = "incremental"
+                    else:
+                        publish_meta["build_reason"] = reason
+                        con.execute("CHECKPOINT")  # (a failure here fails the publish: what is published stays)
                     lap("rewrite")
-                free, blocks = free_blocks(con)
             finally:
                 if con is not None:
                     con.close()
                 _drop_wal(tmp)
-            reason = f"incremental ({', '.join(worn)} written whole again)" if worn else "incremental"
             compacted = False
-            if free > compact_above * blocks and free >= compact_min_blocks:
+            if compact:
                 lap("write")
                 say(f"compacting the index file: {free} of {blocks} blocks are free")
                 compact_reason = (

@@ -1347,6 +1347,16 @@ REAL_CORPORA = {
 }
 
 
+def short_commits(*revs: str) -> list[str]:
+    """The short commit ids of git revisions `revs`."""
+    return [
+        subprocess.run(
+            ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for rev in revs
+    ]
+
+
 def cmd_update_ab(args) -> None:
     """One-document updates of a kept home (`scale --keep-homes`), alternating two versions of the
     code (git revisions, checked out as worktrees under the work dir and put first on PYTHONPATH):
@@ -1364,12 +1374,7 @@ def cmd_update_ab(args) -> None:
     home, corpus = args.home.resolve(), args.corpus.resolve()
     if not (home / "dagster").is_dir():
         raise SystemExit(f"{home} is not a built home (scale --keep-homes keeps them under the work dir)")
-    commits = [
-        subprocess.run(
-            ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        for rev in (args.before, args.after)
-    ]
+    commits = short_commits(args.before, args.after)
     if commits[0] == commits[1]:
         raise SystemExit(f"--before and --after name the same commit {commits[0]}")
     work = fresh(args.work_dir / "update-ab")
@@ -1472,12 +1477,7 @@ def cmd_index_series(args) -> None:
     index = home / "index" / "search_index.duckdb"
     if not index.exists():
         raise SystemExit(f"{index} not found: a home kept by `scale --keep-homes` has one")
-    commits = [
-        subprocess.run(
-            ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        for rev in (args.before, args.after)
-    ]
+    commits = short_commits(args.before, args.after)
     work = fresh(args.work_dir / "index-series")
     subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=False)
     rows, trees = [], []

@@ -1493,7 +1493,8 @@ def cmd_index_series(args) -> None:
             say(f"index-series: {args.updates} publishes by {commit}")
             subprocess.run(
                 [sys.executable, str(HERE / "run.py"), "--work-dir", str(work), "index-series-driver"]
-                + ["--home", str(home), "--index", str(target), "--updates", str(args.updates), "--out", str(out)],
+                + ["--home", str(home), "--index", str(target), "--updates", str(args.updates), "--out", str(out)]
+                + ["--code", str(tree)],
                 env=clean_env(PYTHONPATH=str(tree)),
                 check=True,
             )
@@ -1535,10 +1536,14 @@ def cmd_index_series(args) -> None:
 
 
 def cmd_index_series_driver(args) -> None:
-    """(run by index-series with one version's code on PYTHONPATH) `args.updates` delta publishes of
+    """(run by index-series with one version's code in `args.code`) `args.updates` delta publishes of
     the index file `args.index`, one JSON line each."""
+    if "graphrag_pipeline" in sys.modules:
+        raise SystemExit("index-series-driver: the pipeline was imported before its version was chosen")
+    sys.path.insert(0, str(args.code))  # (before this repository, which run.py puts first)
     import polars as pl
 
+    import graphrag_pipeline
     from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
     from graphrag_pipeline.index.duckdb_writer import publish_index, read_meta
     from graphrag_pipeline.index.embedding import HashingEmbedder
@@ -1546,6 +1551,8 @@ def cmd_index_series_driver(args) -> None:
     from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import Store
 
+    if Path(graphrag_pipeline.__file__).resolve().parent.parent != args.code.resolve():
+        raise SystemExit(f"index-series-driver: imported {graphrag_pipeline.__file__}, not the code in {args.code}")
     store = Store(Paths(args.home))
     nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
     comms = store.read_communities()
@@ -2972,6 +2979,7 @@ def main(argv: list[str] | None = None) -> int:
     ixd.add_argument("--index", type=Path, required=True)
     ixd.add_argument("--updates", type=int, required=True)
     ixd.add_argument("--out", type=Path, required=True)
+    ixd.add_argument("--code", type=Path, required=True)
     ixd.set_defaults(func=cmd_index_series_driver)
 
     r = sub.add_parser(

@@ -1188,10 +1188,10 @@ def test_worn_tables_are_those_with_many_replaced_rows_still_stored():
         for t in TABLES:
             con.execute(f"CREATE TABLE {t} AS SELECT range AS i, hash(range) AS row_hash FROM range(4000)")
         con.execute("DELETE FROM entities WHERE i < 1000")  # 1000 of 3000 live: worn
-        con.execute("DELETE FROM relations WHERE i < 500")  # 500 of 3500: not
+        con.execute("DELETE FROM relations WHERE i < 400")  # 400 of 3600: not (fewer than WORN_MIN_ROWS)
         assert duckdb_writer.worn_tables(con) == ["entities"]
         saved = duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION
-        duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = 400, 0.1  # 500 deleted of 3500: worn too
+        duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = 300, 0.1  # 400 deleted of 3600: worn too
         try:
             assert duckdb_writer.worn_tables(con) == ["entities", "relations"]
         finally:

@@ -653,10 +653,10 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
 # every row appended to a row group since that group was written, and a patch appends the new version
 # of each row it replaces: without this, each publish took longer than the one before (the entities'
 # checkpoint at 50,000 documents: 0.08 s after a full build, 0.68 s some 60 updates later). A rewrite
-# of the entities there costs 1.5-2.5 s, once every few dozen updates of each file (the published
-# one and the spare take turns).
-WORN_FRACTION = 0.25  # replaced rows (still in the file) per live row
-WORN_MIN_ROWS = 1000
+# of the entities there costs 1.5-2.5 s, once every ~20 updates of each file (the published one and
+# the spare take turns); a rarer one left a longer tail to write again in between.
+WORN_FRACTION = 0.1  # replaced rows (still in the file) per live row
+WORN_MIN_ROWS = 500
 
 
 def worn_tables(con) -> list[str]:

@@ -1212,6 +1212,7 @@ def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_
     in the file's meta."""
     monkeypatch.setattr(duckdb_writer, "WORN_MIN_ROWS", 0)
     monkeypatch.setattr(duckdb_writer, "WORN_FRACTION", 0.0)
+    monkeypatch.setattr(duckdb_writer, "WORN_CHECKPOINT_S", 0.0)
     before, after = _inputs(), _edit(_inputs())
     path, ref = tmp_path / "index.duckdb", tmp_path / "ref.duckdb"
     _publish(path, before)
@@ -1225,11 +1226,16 @@ def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_
         bases.append("spare" if "spare" in res.phases else "copy")
         _equals_a_full_rebuild(path, inp, ref)
     assert bases == ["copy", "spare", "spare"]
+    # a checkpoint quicker than WORN_CHECKPOINT_S leaves the tables as they are
+    monkeypatch.setattr(duckdb_writer, "WORN_CHECKPOINT_S", 60.0)
+    res = _publish(path, before, max_fraction=1.0)
+    assert res.mode == "delta" and res.reason == "incremental", res.reason
+    monkeypatch.setattr(duckdb_writer, "WORN_CHECKPOINT_S", 0.0)
     # a file about to be compacted is not rewritten first (the copy writes every table afresh)
     drop_spare(path)
-    res = _publish(path, before, max_fraction=1.0, compact_above=0.0, compact_min_blocks=0)
+    res = _publish(path, after, max_fraction=1.0, compact_above=0.0, compact_min_blocks=0)
     assert res.compacted and "written whole" not in res.reason, res.reason
-    _equals_a_full_rebuild(path, before, ref)
+    _equals_a_full_rebuild(path, after, ref)
 
 
 def test_a_hub_record_keeps_its_first_source_ids_and_the_documents_that_hold_them(monkeypatch):

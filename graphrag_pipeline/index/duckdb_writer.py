@@ -49,6 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -679,7 +680,7 @@ def rewrite_tables(con, tables: list[str], build_reason: str) -> None:
     DuckDB, which spills what does not fit in memory) in a transaction of their own, which also
     sets the meta's `build_reason`. Raises (the file as it was) when a table comes out with other
     rows. The caller checkpoints."""
-    before = {t: v for t, v in content_sums(con).items() if t in tables}
+    before = content_sums(con, tables)
     con.execute("BEGIN TRANSACTION")
     try:
         for table in tables:
@@ -687,7 +688,7 @@ def rewrite_tables(con, tables: list[str], build_reason: str) -> None:
             con.execute(f"DELETE FROM {table}")
             con.execute(f"INSERT INTO {table} SELECT * FROM _rewrite")
             con.execute("DROP TABLE _rewrite")
-        after = {t: v for t, v in content_sums(con).items() if t in tables}
+        after = content_sums(con, tables)
         if after != before:
             raise RuntimeError(f"the tables {', '.join(tables)} came out of their rewrite with other rows")
         con.execute("INSERT OR REPLACE INTO meta VALUES ('build_reason', ?)", [json.dumps(build_reason)])
@@ -698,11 +699,11 @@ def rewrite_tables(con, tables: list[str], build_reason: str) -> None:
         raise
 
 
-def content_sums(con) -> dict[str, tuple[int, int]]:
-    """Per table: rows, and the sum of a hash of each row's hash (equal multisets of rows give
-    equal sums)."""
+def content_sums(con, tables: Iterable[str] = TABLES) -> dict[str, tuple[int, int]]:
+    """Per table (of `tables`): rows, and the sum of a hash of each row's hash (equal multisets of
+    rows give equal sums)."""
     out = {}
-    for table in TABLES:
+    for table in tables:
         n, s = con.execute(f"SELECT count(*), coalesce(sum(hash({HASH})), 0) FROM {table}").fetchall()[0]
         out[table] = (int(n), int(s))
     return out

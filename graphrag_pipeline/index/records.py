@@ -546,10 +546,9 @@ def kept_sources(entities: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
 
     chunks: chunk_id, doc_id of every chunk. A kept chunk only one document holds names a document
     of the entity; one several hold (an identical paragraph) names those of them the entity lists."""
-    lens = entities["source_ids"].list.len()
-    if not (lens > SOURCE_IDS_KEPT).any():
+    long = entities["source_ids"].list.len() > SOURCE_IDS_KEPT
+    if not long.any():
         return entities
-    long = lens > SOURCE_IDS_KEPT
     # (narrow frames: a hub's lists are long, its description too)
     chunk_docs = chunks.select(pl.col("chunk_id").alias("_c"), "doc_id").unique()
     chunk_docs = chunk_docs.with_columns((pl.len().over("_c") > 1).alias("_shared"))

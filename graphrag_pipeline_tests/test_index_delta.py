@@ -1183,19 +1183,27 @@ def test_row_hashes_and_parquet_files_do_not_depend_on_how_a_table_is_chunked(tm
 
 
 def test_worn_tables_are_those_with_many_replaced_rows_still_stored():
+    """A table is written whole again once its tail (replaced rows still stored) reaches
+    sqrt(2 x live rows x rows the patch replaced), and WORN_MIN_ROWS: the same tail is worn when the
+    patches that grew it replace few rows each (it took many of them), not when they replace many."""
     con = duckdb.connect()
     try:
         for t in TABLES:
             con.execute(f"CREATE TABLE {t} AS SELECT range AS i, hash(range) AS row_hash FROM range(4000)")
-        con.execute("DELETE FROM entities WHERE i < 1000")  # 1000 of 3000 live: worn
-        con.execute("DELETE FROM relations WHERE i < 400")  # 400 of 3600: not (fewer than WORN_MIN_ROWS)
-        assert duckdb_writer.worn_tables(con) == ["entities"]
-        saved = duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION
-        duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = 300, 0.1  # 400 deleted of 3600: worn too
+        con.execute("DELETE FROM entities WHERE i < 1000")  # a tail of 1000 for 3000 live
+        con.execute("DELETE FROM relations WHERE i < 400")  # 400 for 3600: fewer than WORN_MIN_ROWS
+        # entities: sqrt(2 x 3000 x 100) = 775 <= 1000; relations: below the minimum whatever the patch
+        assert duckdb_writer.worn_tables(con, {"entities": 100, "relations": 1}) == ["entities"]
+        # patches of 200 entity rows: sqrt(2 x 3000 x 200) = 1095 > 1000, not worn yet
+        assert duckdb_writer.worn_tables(con, {"entities": 200}) == []
+        saved = duckdb_writer.WORN_MIN_ROWS
+        duckdb_writer.WORN_MIN_ROWS = 300
         try:
-            assert duckdb_writer.worn_tables(con) == ["entities", "relations"]
+            # relations: sqrt(2 x 3600 x 20) = 379 <= 400 worn; after patches of 30 rows (465) not yet
+            assert duckdb_writer.worn_tables(con, {"entities": 100, "relations": 20}) == ["entities", "relations"]
+            assert duckdb_writer.worn_tables(con, {"entities": 100, "relations": 30}) == ["entities"]
         finally:
-            duckdb_writer.WORN_MIN_ROWS, duckdb_writer.WORN_FRACTION = saved
+            duckdb_writer.WORN_MIN_ROWS = saved
         order = con.execute("SELECT i FROM entities").fetchall()
         con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         duckdb_writer.rewrite_tables(con, ["entities"], "incremental (entities written whole again)")
@@ -1211,8 +1219,7 @@ def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_
     after its checkpoint (every table here, whatever it holds), in a transaction that also says so
     in the file's meta."""
     monkeypatch.setattr(duckdb_writer, "WORN_MIN_ROWS", 0)
-    monkeypatch.setattr(duckdb_writer, "WORN_FRACTION", 0.0)
-    monkeypatch.setattr(duckdb_writer, "WORN_CHECKPOINT_S", 0.0)
+    monkeypatch.setattr(duckdb_writer, "WORN_LOT", 0.0)  # every tail is worn, even none
     before, after = _inputs(), _edit(_inputs())
     path, ref = tmp_path / "index.duckdb", tmp_path / "ref.duckdb"
     _publish(path, before)
@@ -1226,11 +1233,11 @@ def test_tables_written_whole_in_a_patch_equal_a_full_rebuild_spare_or_copy(tmp_
         bases.append("spare" if "spare" in res.phases else "copy")
         _equals_a_full_rebuild(path, inp, ref)
     assert bases == ["copy", "spare", "spare"]
-    # a checkpoint quicker than WORN_CHECKPOINT_S leaves the tables as they are
-    monkeypatch.setattr(duckdb_writer, "WORN_CHECKPOINT_S", 60.0)
+    # a tail below the threshold leaves the tables as they are
+    monkeypatch.setattr(duckdb_writer, "WORN_MIN_ROWS", 10**9)
     res = _publish(path, before, max_fraction=1.0)
     assert res.mode == "delta" and res.reason == "incremental", res.reason
-    monkeypatch.setattr(duckdb_writer, "WORN_CHECKPOINT_S", 0.0)
+    monkeypatch.setattr(duckdb_writer, "WORN_MIN_ROWS", 0)
     # a file about to be compacted is not rewritten first (the copy writes every table afresh)
     drop_spare(path)
     res = _publish(path, after, max_fraction=1.0, compact_above=0.0, compact_min_blocks=0)

@@ -43,13 +43,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import shutil
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -653,26 +654,43 @@ def _apply(con, plans: dict[str, _TablePlan], inserts: dict[str, pl.DataFrame]) 
 # the patch's checkpoint, in a transaction of its own (same rows). DuckDB's checkpoint writes again
 # every row appended to a row group since that group was written, and a patch appends the new version
 # of each row it replaces: without this, each publish took longer than the one before (the entities'
-# checkpoint at 50,000 documents: 0.08 s after a full build, 0.68 s some 60 updates later). A rewrite
-# of the entities there costs 1.5-2.5 s, once every ~20 updates of each file (the published one and
-# the spare take turns); a rarer one left a longer tail to write again in between.
-WORN_FRACTION = 0.1  # replaced rows (still in the file) per live row
-WORN_MIN_ROWS = 500
-# and only once the patch's checkpoint takes this long: the tail costs nothing worth a rewrite in a
-# small index (1,000 documents: a rewrite every other update, +0.23 s per update, to save ~0.02 s)
-WORN_CHECKPOINT_S = 0.1
+# checkpoint at 50,000 documents: 0.08 s after a full build, 0.68 s some 60 updates later).
+#
+# When: the replaced rows still stored (the tail) cost each later checkpoint about what writing them
+# costs, and the rewrite costs about what writing the live rows costs (measured at 50,000 documents:
+# 0.27 ms per tail row at a checkpoint, 0.17 ms per row rewritten). A tail growing by `g` rows per
+# patch and cleared by a rewrite of `L` rows costs least per patch, on average, when the rewrite comes
+# once the tail reaches sqrt(2 L g) (the classic lot-size rule): rare rewrites of a large table whose
+# patches replace few rows, never one per patch. Rows, not seconds: the same index decides alike on
+# any machine (the earlier gate, a checkpoint of 0.1 s or more, let every publish of a 1,000-document
+# index through on a slow machine: a rewrite per update, +0.3 s).
+WORN_MIN_ROWS = 500  # a smaller tail is never worth a rewrite of its own
+WORN_LOT = 2.0  # the rule's factor: sqrt(WORN_LOT x live rows x rows replaced per patch)
 
 
-def worn_tables(con) -> list[str]:
-    """The tables of the database open on `con` (checkpointed) whose deleted rows, still stored,
-    are at least WORN_FRACTION of their live rows and WORN_MIN_ROWS."""
+def worn_threshold(live: int, replaced: int) -> float:
+    """The tail (replaced rows still stored) at which a table of `live` rows, `replaced` of which
+    the current patch replaced, is written whole again (see above)."""
+    return max(float(WORN_MIN_ROWS), math.sqrt(WORN_LOT * max(live, 0) * max(replaced, 1)))
+
+
+def table_tails(con, replaced: Mapping[str, int] | None = None) -> dict[str, tuple[int, float]]:
+    """Per table of the database open on `con` (checkpointed): its replaced rows still stored, and
+    the `worn_threshold` they are held to (`replaced`: per table, the rows the patch just applied
+    replaced)."""
     stored = dict(
         con.execute(
             "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database()"
         ).fetchall()
     )
     live = _table_counts(con)
-    return [t for t in TABLES if stored.get(t, 0) - live[t] >= max(WORN_MIN_ROWS, WORN_FRACTION * live[t])]
+    replaced = replaced or {}
+    return {t: (int(stored.get(t, 0) - live[t]), worn_threshold(live[t], replaced.get(t, 0))) for t in TABLES}
+
+
+def worn_tables(con, replaced: Mapping[str, int] | None = None) -> list[str]:
+    """The tables whose tail reaches its threshold (see table_tails)."""
+    return [t for t, (tail, threshold) in table_tails(con, replaced).items() if tail >= threshold]
 
 
 def rewrite_tables(con, tables: list[str], build_reason: str) -> None:
@@ -1101,17 +1119,23 @@ def publish_index(
                 lap("apply")
                 verify(con)
                 lap("verify")
-                checkpoint_started = time.perf_counter()
                 con.execute("CHECKPOINT")
-                slow = time.perf_counter() - checkpoint_started >= WORN_CHECKPOINT_S
                 free, blocks = free_blocks(con)
                 compact = free > compact_above * blocks and free >= compact_min_blocks
                 # (a compaction writes every table afresh anyway; blocks a rewrite frees are used again)
-                worn = worn_tables(con) if slow and not compact else []
+                # the rows this patch replaced; on the spare also those its catch-up replaced (the
+                # spare is patched every other publish, with two publishes' changes)
+                replaced = {t: plan.stats.deleted + plan.stats.updated for t, plan in plans.items()}
+                if spare is not None and catch_up is not None:
+                    for t, rows in catch_up.rows.items():
+                        replaced[t] = replaced.get(t, 0) + rows.height
+                tails = table_tails(con, replaced) if not compact else {}
+                worn = [t for t, (tail, threshold) in tails.items() if tail >= threshold]
                 reason = f"incremental ({', '.join(worn)} written whole again)" if worn else "incremental"
                 if worn:
                     lap("write")
-                    say(f"writing {', '.join(worn)} whole again: many of their rows were replaced since")
+                    why = ", ".join(f"{t} {tails[t][0]:,} (threshold {tails[t][1]:,.0f})" for t in worn)
+                    say(f"writing {', '.join(worn)} whole again: replaced rows still stored: {why}")
                     try:
                         rewrite_tables(con, worn, reason)
                     except Exception as exc:  # noqa: BLE001 - the patched file is complete: publish it as it is

@@ -795,7 +795,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         loaded_for_current_kb,
         op_name,
     )
-    from graphrag_pipeline.graph.mentions import prefetch_paths
+    from graphrag_pipeline.graph.mentions import prefetch_graph, prefetch_paths
     from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
     from graphrag_pipeline.llm.client import forget_endpoint_health
     from graphrag_pipeline.settings import (
@@ -940,6 +940,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         """The last build's merged graph and chunk shards, decoded beside the set-up of the run that
         merges (TableMemo.prefetch); not for a scratch home whose steps each pull their own copy."""
         if downstream and "ephemeral" not in _REMOTE:
+            prefetch_graph(paths.graph_dir)
             TABLES.prefetch(prefetch_paths(paths.graph_dir))
 
     progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them

@@ -391,24 +391,32 @@ def test_incremental_merge_equals_a_full_merge(tmp_path):
     assert delta.dropped_relations == full.dropped_relations + len(live)  # self-loops + each document's own count
     assert "newcomer" in delta.nodes["key"].to_list()
     # a damaged bundle is not trusted: everything is merged again from the per-document files
-    for f in (tmp_path / "graph").glob("mentions.nodes.*.parquet"):
+    for f in (tmp_path / "graph").glob("mentions.nodes-*.parquet"):
         f.write_bytes(b"garbage")
     healed = update_merged_graph(store, live)
     assert healed.full and healed.nodes.equals(full.nodes)
-    assert pl.read_parquet(next((tmp_path / "graph").glob("mentions.nodes.*.parquet"))).height == full.nodes.height
+    stored = pl.read_parquet([str(f) for f in sorted((tmp_path / "graph").glob("mentions.nodes-*.parquet"))])
+    assert stored.height == full.nodes.height
 
 
-def test_incremental_merge_equals_a_full_merge_over_random_edit_sequences(tmp_path):
+@pytest.mark.parametrize("slice_edges", [4096, 3])
+def test_incremental_merge_equals_a_full_merge_over_random_edit_sequences(tmp_path, monkeypatch, slice_edges):
     """Edits that rename entities (another surface form becomes the most frequent), make keys
     appear and vanish (and with them relations dropped for a missing end), remove and add
-    documents: after every step the incremental merge equals a full merge, dropped count included."""
+    documents: after every step the incremental merge equals a full merge, dropped count included,
+    and so does the graph stored in slices (sliced_graph) and the knowledge graph linked to them;
+    with slices of a few edges, an update writes only some of them, and slices that outgrow their
+    share are cut again."""
     import random
 
     from graphrag_pipeline.graph.mentions import update_merged_graph
     from graphrag_pipeline.graph.merge import merge_subgraphs
+    from graphrag_pipeline.storage import sliced_graph
     from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import Store
 
+    monkeypatch.setattr(sliced_graph, "SLICE_EDGES", slice_edges)
+    monkeypatch.setattr(sliced_graph, "RECUT_FACTOR", 2)
     rng = random.Random(11)
     store = Store(Paths(tmp_path))
     base = [f"name{i}" for i in range(25)]
@@ -431,6 +439,7 @@ def test_incremental_merge_equals_a_full_merge_over_random_edit_sequences(tmp_pa
     for d in live:
         write(d)
     update_merged_graph(store, live)
+    written = []
     for step in range(25):
         kind = rng.random()
         if kind < 0.6:
@@ -449,6 +458,20 @@ def test_incremental_merge_equals_a_full_merge_over_random_edit_sequences(tmp_pa
         assert delta.nodes.equals(full.nodes), step
         assert delta.edges.equals(full.edges), step
         assert delta.dropped_relations == full.dropped_relations, step
+        store.write_graph("knowledge_graph", delta.nodes, delta.edges, files=delta.files)
+        nodes, edges = store.read_graph("knowledge_graph")  # from disk (the memo is off)
+        assert nodes.equals(full.nodes) and edges.equals(full.edges), step
+        among = store.read_graph_among("knowledge_graph", full.nodes["key"].to_list()[::3])
+        wanted = set(full.nodes["key"].to_list()[::3])
+        assert among[0].equals(full.nodes.filter(pl.col("key").is_in(wanted))), step
+        inside = pl.col("source_key").is_in(wanted) & pl.col("target_key").is_in(wanted)
+        assert among[1].equals(full.edges.filter(inside)), step
+        written.append((delta.slices_written, len(delta.files)))
+    if slice_edges == 3:  # many slices, some written per update; all when a slice outgrew its share
+        assert all(n > 20 for _, n in written) and sum(w for w, _ in written) < 0.75 * sum(n for _, n in written)
+        assert min(w / n for w, n in written) < 0.3 and any(w == n for w, n in written)
+    else:
+        assert all(n == 3 for _, n in written)
 
 
 def test_chunk_table_follows_changed_documents_only(tmp_path):
@@ -628,14 +651,15 @@ def test_metrics_and_splice_survive_keys_a_valid_graph_has_not():
 
 
 def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_superseded(tmp_path):
-    """A build prefetches the merged graph and the chunk shards (prefetch_paths) while it sets up
-    its runs; the update of the merged graph then decodes neither nodes nor edges, gives the same
-    graph as an update reading them itself, and forgets the superseded tables (the memo does not
-    keep two versions of a graph of a million edges)."""
+    """A build prefetches the merged graph (prefetch_graph: nodes and edges, each assembled from its
+    slices) and the chunk shards (prefetch_paths) while it sets up its runs; the update of the
+    merged graph then decodes neither nodes nor edges, gives the same graph as an update reading
+    them itself, and keeps only the new version of each in the memo."""
     import polars as pl
 
-    from graphrag_pipeline.graph.mentions import all_chunks, prefetch_paths, update_merged_graph
-    from graphrag_pipeline.storage.files import TABLES, remembering
+    from graphrag_pipeline.graph.mentions import all_chunks, prefetch_graph, prefetch_paths, update_merged_graph
+    from graphrag_pipeline.storage import sliced_graph
+    from graphrag_pipeline.storage.files import ParquetBundle, remembering
     from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import Store
 
@@ -650,21 +674,27 @@ def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_supersede
         for doc, names in zip(docs, (["Ann", "Bob"], ["Bob", "Cid"], ["Cid", "Dan"])):
             write(store, doc, names)
         first = update_merged_graph(store, docs)
-        assert prefetch_paths(store.paths.graph_dir) == [first.nodes_file, first.edges_file]
+        assert set(first.files) == {"metrics", "nodes-0000", "edges-0000"}
         write(store, "d1", ["Bob", "Eve", "Cid"])
     plain = update_merged_graph(homes[0], docs)  # memo off: read from disk
     store = homes[1]
+    bundle = ParquetBundle(store.paths.graph_dir, "mentions")
     with remembering() as memo:
-        old = [TABLES.identity(p) for p in prefetch_paths(store.paths.graph_dir)]
-        memo.prefetch(prefetch_paths(store.paths.graph_dir))
+        manifest = bundle.manifest()
+        old = [sliced_graph.memo_key(p, sliced_graph.part_files(bundle, manifest, p)) for p in ("nodes", "edges")]
+        prefetch_graph(store.paths.graph_dir)
+        for thread in memo._prefetchers:
+            thread.join()
+        assert all(k in memo._tables for k in old)
         prefetched = update_merged_graph(store, docs)
         assert memo.hits == 2  # nodes and edges came from the prefetch
-        kept = set(memo._tables)
-        assert None not in old and not kept & set(old)  # the superseded graph is not kept
-        assert {TABLES.identity(prefetched.edges_file), TABLES.identity(prefetched.nodes_file)} <= kept
+        manifest = bundle.manifest()
+        new = [sliced_graph.memo_key(p, sliced_graph.part_files(bundle, manifest, p)) for p in ("nodes", "edges")]
+        assert all(k in memo._tables for k in new)  # the new graph, as written, for the later stages
+        assert memo.get_key(new[0]).equals(prefetched.nodes) and memo.get_key(new[1]).equals(prefetched.edges)
     assert prefetched.nodes.equals(plain.nodes) and prefetched.edges.equals(plain.edges)
     assert "eve" in prefetched.nodes["key"].to_list() and not prefetched.full
-    # the chunk shards are listed after the graph, once written
+    # the chunk shards, once written
     for doc in docs:
         store.write_chunks(
             doc,
@@ -682,8 +712,7 @@ def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_supersede
         )
     all_chunks(store, docs)
     listed = [p.name for p in prefetch_paths(store.paths.graph_dir)]
-    assert listed[:2] == [prefetched.nodes_file.name, prefetched.edges_file.name]
-    assert len(listed) == 2 + 32 and all(".chunks-" in n for n in listed[2:])
+    assert len(listed) == 32 and all(".chunks-" in n for n in listed)
 
 
 def test_a_hub_keeps_the_first_descriptions_that_fit_the_budget_in_every_merge(tmp_path, monkeypatch):
@@ -749,5 +778,8 @@ def test_a_hub_keeps_the_first_descriptions_that_fit_the_budget_in_every_merge(t
     assert again.full and read == [["doc03"]]
     full = merge_subgraphs(*real_read(live))
     assert again.nodes.equals(full.nodes) and again.edges.equals(full.edges)
-    assert again.dropped_relations == full.dropped_relations and bundle.manifest()["merge_rule"] == [2, 150]
+    assert again.dropped_relations == full.dropped_relations and bundle.manifest()["merge_rule"] == [
+        mentions.MERGE_RULE,
+        150,
+    ]
     assert not update_merged_graph(store, live).full

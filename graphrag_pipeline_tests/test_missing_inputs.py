@@ -40,7 +40,7 @@ def built(home, corpus, instance):
 
 def test_a_missing_upstream_partition_file_fails_the_asset_with_a_clear_message(home, corpus, built):
     inst, stats = built
-    index, graph = home / "index" / "search_index.duckdb", home / "graph" / "knowledge_graph.nodes.parquet"
+    index, graph = home / "index" / "search_index.duckdb", home / "graph" / "knowledge_graph.manifest.json"
     before = _digest(index), _digest(graph)
     key = "darwin_and_wallace.txt"
     relations = home / "tables" / "doc_subgraph" / f"{key}.relations.parquet"
@@ -77,7 +77,7 @@ def test_steps_on_another_machine_fail_instead_of_publishing_an_empty_graph(home
     message = _failure(result, "knowledge_graph")
     assert "of 7 document(s) are missing" in message
     assert str(other / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.entities.parquet") in message
-    assert not (other / "graph" / "knowledge_graph.nodes.parquet").exists()
+    assert not (other / "graph" / "knowledge_graph.manifest.json").exists()
     assert _digest(index) == before
 
 

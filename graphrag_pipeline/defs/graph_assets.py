@@ -82,14 +82,9 @@ def knowledge_graph(
         context.log.warning(
             f"{summary.failed} long descriptions could not be summarised; their fragments are kept joined"
         )
-    # tables no summary changed are copied from the merge's files instead of being encoded again
-    store.write_graph(
-        "knowledge_graph",
-        nodes,
-        edges,
-        nodes_file=merged.nodes_file if nodes is merged.nodes else None,
-        edges_file=merged.edges_file if edges is merged.edges else None,
-    )
+    # a graph no summary changed is linked to the merge's files instead of being encoded again
+    unchanged = nodes is merged.nodes and edges is merged.edges
+    store.write_graph("knowledge_graph", nodes, edges, files=merged.files if unchanged else None)
     removed = store.remove_orphans(set(keys))
     if merged.dropped_relations:
         # relations naming an entity the extraction did not list: ordinary, counted in the metadata
@@ -115,6 +110,7 @@ def knowledge_graph(
             "documents_removed": merged.documents_removed,
             "entities_merged_again": merged.affected_keys if not merged.full else nodes.height,
             "merged_from_scratch": merged.full,
+            "graph_slices_written": f"{merged.slices_written} of {len(merged.files or {})}",
             "dropped_relations": merged.dropped_relations,
             "orphan_files_removed": removed,
             "summarised_descriptions": summary.summarised_nodes + summary.summarised_edges,
@@ -162,7 +158,7 @@ def resolved_graph(
     else:  # nothing to merge: the knowledge graph is the resolved graph, copied byte for byte
         out_nodes, mapping = nodes, {}
         store.copy_graph("knowledge_graph", "resolved_graph")  # checks the files' ends before copying
-        relations = pl.scan_parquet(store.graph_edges_file("resolved_graph")).select(pl.len()).collect().item()
+        relations = store.graph_edge_count("resolved_graph")
     store.write_state("resolution", plan.state)
     context.log.info(
         f"resolved {plan.candidates} candidate pairs, {len(mapping)} merged "

@@ -14,7 +14,9 @@ previous build, published together as one bundle (see `storage.ParquetBundle`):
   a hub named by the changed document does not bring back its thousands of edges. Every other
   node and edge is the previous build's (`merge.merge_changed`, equal to a full merge by
   construction and by test over random edit sequences);
-- degree and PageRank are recomputed over the whole graph (a sparse power iteration: milliseconds).
+- degree and PageRank are recomputed over the whole graph (a sparse power iteration: milliseconds);
+- the merged graph is stored in key-range slices (storage.sliced_graph): only the slices holding a
+  node or an edge that changed are written again, with the small table of every node's metrics.
 
 Without a usable bundle (first build, or files damaged) everything is merged from the
 per-document files, which stay the source of truth.
@@ -42,13 +44,14 @@ from graphrag_pipeline.graph.merge import (
     touching,
 )
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_nodes, with_metrics
+from graphrag_pipeline.storage import sliced_graph
 from graphrag_pipeline.storage.files import TABLES, ParquetBundle
 from graphrag_pipeline.storage.store import CHUNK_ROWS
 
 SHARDS = 32
 # the rule merge.py merges by; a bundle written under another one is merged again from scratch
-# (2: descriptions cut to tables.DESCRIPTION_BUDGET)
-MERGE_RULE = 2
+# (2: descriptions cut to tables.DESCRIPTION_BUDGET; 3: the graph stored in slices)
+MERGE_RULE = 3
 
 
 def merge_rule() -> list[int]:
@@ -57,8 +60,6 @@ def merge_rule() -> list[int]:
     return [MERGE_RULE, tables.DESCRIPTION_BUDGET]
 
 
-# the merged graph's tables: the knowledge graph's files are links to them, read by every later stage
-GRAPH_TABLES = ("nodes", "edges")
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
 
 
@@ -75,9 +76,10 @@ class MergedGraph:
     documents_removed: int
     affected_keys: int  # entity keys merged again (-1: everything was merged)
     full: bool  # merged from scratch
-    # the bundle's Parquet files holding exactly `nodes` and `edges`, when just written (to copy, not re-encode)
-    nodes_file: Path | None = None
-    edges_file: Path | None = None
+    # the bundle's files of the graph's tables (sliced_graph) holding exactly `nodes` and `edges`:
+    # the knowledge graph links them instead of encoding the tables again
+    files: dict[str, Path] | None = None
+    slices_written: int = 0  # graph tables written by this merge (of len(files))
 
 
 def _with_shard(df: pl.DataFrame) -> pl.DataFrame:
@@ -162,8 +164,9 @@ def _full(
         entities, relations, sources = rows
     nodes = _merge_nodes(entities) if entities.height else pl.DataFrame(schema=NODE_SCHEMA)
     edges, dropped = _merge_edges(relations, nodes) if relations.height else (pl.DataFrame(schema=EDGE_SCHEMA), 0)
-    nodes = with_metrics(nodes, edges)  # stored with the metrics: the knowledge graph's nodes file is a copy
-    tables = {"sources": sources, "nodes": nodes, "edges": edges}
+    nodes = with_metrics(nodes, edges)
+    cuts = sliced_graph.choose_cuts(edges["source_key"])
+    tables = {"sources": sources, **sliced_graph.graph_tables(nodes, edges, cuts)}
     entities, relations = _with_shard(entities), _with_shard(relations)
     for i in range(SHARDS):
         tables[f"entities-{i:02d}"] = entities.filter(pl.col("_shard") == i).drop("_shard")
@@ -172,10 +175,11 @@ def _full(
         tables,
         previous=manifest,
         drop=set((manifest or {}).get("tables", {})),
-        remember=GRAPH_TABLES,
         merge_dropped=dropped,
         merge_rule=merge_rule(),
+        graph_cuts=cuts,
     )
+    sliced_graph.remember(bundle, written, nodes, edges)
     return _result(nodes, edges, dropped, sources, len(keys), 0, -1, True, written, bundle)
 
 
@@ -191,10 +195,10 @@ def _update(
     before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
     changed = [k for k in keys if before.get(k) != signatures[k]]
     removed = sorted(set(before) - set(keys))
-    nodes, edges = bundle.read_all(manifest, list(GRAPH_TABLES), remember=True)  # prefetched by a build
+    # (prefetched by a build)
+    nodes, edges = (sliced_graph.read_part(bundle, manifest, part) for part in ("nodes", "edges"))
     if not changed and not removed:
-        # nodes written by an older version may lack their metrics: recomputed, and not copied
-        return _result(with_metrics(nodes, edges), edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False)
+        return _result(nodes, edges, int(manifest["merge_dropped"]), sources, 0, 0, 0, False, manifest, bundle)
     gone = pl.Series("d", changed + removed, dtype=pl.Utf8).implode()
     new_entities, new_relations = store.read_subgraphs(changed, optional)
     new_entities, new_relations = _with_shard(new_entities), _with_shard(new_relations)
@@ -235,8 +239,18 @@ def _update(
     # rows of other documents that touch a key which appeared or vanished
     others = near.filter(touching(flipped) & ~pl.col("doc_id").is_in(gone))
     old_nodes = nodes.select("key")
-    nodes, edges = merge_changed(nodes, edges, merged, rels, affected, pairs, renamed)
+    sources_touched: set[str] = set()  # the source keys of the edges replaced, removed or added
+    nodes, edges = merge_changed(nodes, edges, merged, rels, affected, pairs, renamed, touched=sources_touched)
     nodes = with_metrics(nodes, edges)
+    # only the slices holding a changed node or edge are written again (the metrics always)
+    cuts = list(manifest.get("graph_cuts") or [])
+    node_slices = {sliced_graph.slice_of(k, cuts) for k in affected}
+    edge_slices = {sliced_graph.slice_of(k, cuts) for k in sources_touched}
+    recut = sliced_graph.oversized(nodes, edges, cuts, edge_slices)
+    if recut:  # a slice outgrew its share: every slice cut again and written
+        cuts = sliced_graph.choose_cuts(edges["source_key"])
+        node_slices = edge_slices = None
+    graph = sliced_graph.graph_tables(nodes, edges, cuts, node_slices, edge_slices)
     dropped = (
         int(manifest["merge_dropped"])
         - dropped_relations(pl.concat([gone_rels, others], how="vertical_relaxed"), old_nodes)
@@ -246,14 +260,16 @@ def _update(
         "doc_id"
     )
     written = bundle.write(
-        {**shards, "sources": new_sources, "nodes": nodes, "edges": edges},
+        {**shards, "sources": new_sources, **graph},
         previous=manifest,
-        remember=GRAPH_TABLES,
+        drop={t for t in manifest["tables"] if sliced_graph.is_graph_table(t)} if recut else frozenset(),
         merge_dropped=dropped,
         merge_rule=merge_rule(),
+        graph_cuts=cuts,
     )
+    sliced_graph.remember(bundle, written, nodes, edges)
     counts = (len(changed), len(removed), len(affected))
-    return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle)
+    return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle, len(graph))
 
 
 def _identities(bundle: ParquetBundle, manifest: dict | None, wanted) -> list[tuple | None]:
@@ -288,12 +304,14 @@ def _scan(
 
 
 def _result(
-    nodes, edges, merge_dropped: int, sources, changed, removed, affected, full, written=None, bundle=None
+    nodes, edges, merge_dropped: int, sources, changed, removed, affected, full, manifest, bundle, slices=None
 ) -> MergedGraph:
-    """nodes: with their metrics. written: the manifest the nodes and edges were just written under."""
+    """nodes: with their metrics. manifest: the bundle's, whose graph tables hold the nodes and edges;
+    slices: how many of those this merge wrote (None: all)."""
     dropped = int(merge_dropped) + int(sources["dropped"].sum() or 0)
-    files = (bundle.path(written, "nodes"), bundle.path(written, "edges")) if written else (None, None)
-    return MergedGraph(nodes, edges, dropped, changed, removed, affected, full, *files)
+    files = {t: bundle.path(manifest, t) for t in manifest["tables"] if sliced_graph.is_graph_table(t)}
+    written = len(files) if slices is None else slices
+    return MergedGraph(nodes, edges, dropped, changed, removed, affected, full, files, written)
 
 
 # -- the chunks of every document, for the search index ----------------------------------------
@@ -358,15 +376,16 @@ def _chunk_sources(keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
 
 
 def prefetch_paths(graph_dir: Path) -> list[Path]:
-    """The files of the last build that the next update reads whole, in the order it reads them:
-    the merged graph's nodes and edges (merging), then the chunk shards (the search index). For
-    `TableMemo.prefetch`; empty before a first build."""
-    out: list[Path] = []
-    mentions, chunks = ParquetBundle(graph_dir, "mentions"), ParquetBundle(graph_dir, "chunks")
-    manifest = mentions.manifest()
-    if manifest is not None:
-        out += [mentions.path(manifest, t) for t in GRAPH_TABLES if t in manifest["tables"]]
+    """The chunk shards of the last build, which the next update's search index reads whole (for
+    `TableMemo.prefetch`); empty before a first build. (The merged graph: `prefetch_graph`.)"""
+    chunks = ParquetBundle(graph_dir, "chunks")
     manifest = chunks.manifest()
-    if manifest is not None:
-        out += [chunks.path(manifest, t) for t in sorted(manifest["tables"]) if t.startswith("chunks-")]
-    return out
+    if manifest is None:
+        return []
+    return [chunks.path(manifest, t) for t in sorted(manifest["tables"]) if t.startswith("chunks-")]
+
+
+def prefetch_graph(graph_dir: Path) -> None:
+    """Assemble the last build's merged graph (nodes, edges) into the table memo in the background:
+    the next update's merge reads it whole."""
+    sliced_graph.prefetch(ParquetBundle(graph_dir, "mentions"))

@@ -176,6 +176,8 @@ def merge_changed(
     affected: set[str],
     pairs: pl.DataFrame,
     renamed: set[str],
+    *,
+    touched: set[str] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The merged graph after a change that touched only the entity keys `affected`. `merged`:
     the nodes of those keys merged again from all their entity rows (of every document); every
@@ -183,7 +185,8 @@ def merge_changed(
     existence and display names of its two ends, so only the edges of `pairs` (canonical_pairs of
     the changed documents' relation rows, before and after) and the edges touching `renamed`
     (changed_ends) are merged again; `relations` must hold every mention row of those pairs and
-    keys. The result equals a full merge (degree and pagerank are not computed here)."""
+    keys. The result equals a full merge (degree and pagerank are not computed here). `touched`,
+    when given, receives the source keys of every edge replaced, removed or added."""
     keys = pl.Series("key", sorted(affected), dtype=pl.Utf8).implode()
     previous_nodes = previous_nodes.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA)
     merged = merged.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA)
@@ -196,9 +199,10 @@ def merge_changed(
     hit = ends.filter(touching(renamed))["_i"]
     paired = ends.join(pairs, on=["source_key", "target_key"], how="semi")["_i"]
     gone = np.union1d(hit.to_numpy(), paired.to_numpy()).astype(np.int64)
-    edges = splice_sorted(
-        previous_edges, gone, of_pairs(fresh, pairs, renamed).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA), EDGE_KEY
-    )
+    added = of_pairs(fresh, pairs, renamed).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA)
+    if touched is not None:
+        touched.update(previous_edges["source_key"].gather(gone).to_list(), added["source_key"].to_list())
+    edges = splice_sorted(previous_edges, gone, added, EDGE_KEY)
     return nodes, edges
 
 
@@ -215,9 +219,10 @@ def splice_sorted(previous: pl.DataFrame, gone: np.ndarray, fresh: pl.DataFrame,
     of `fresh` (same columns; keys unique and none among the rows kept) in key order: what
     concat([kept, fresh]).sort(by) gives, built from slices of `previous` between the few changed
     places. A filter and a sort would copy every row (a hub's node lists tens of thousands of ids
-    at 50,000 documents) for an update that changes a few hundred; the slices are copied once, into
-    one contiguous table. Falls back to that sort when the keys do not allow the shortcut (not
-    sorted, or a key holding the separator)."""
+    at 50,000 documents) for an update that changes a few hundred; the slices are views, not copied
+    into one table (the graph is stored in slices, see storage.sliced_graph, and read back as
+    chunks anyway). Falls back to that sort when the keys do not allow the shortcut (not sorted, or
+    a key holding the separator)."""
     fresh = fresh.sort(by)
 
     def composite(df: pl.DataFrame) -> pl.Series:
@@ -245,7 +250,7 @@ def splice_sorted(previous: pl.DataFrame, gone: np.ndarray, fresh: pl.DataFrame,
         start = cut + 1 if cut in dropped else cut
     if start < previous.height:
         frames.append(previous.slice(start, previous.height - start))
-    return pl.concat(frames, how="vertical").rechunk() if frames else previous.clear()
+    return pl.concat(frames, how="vertical", rechunk=False) if frames else previous.clear()
 
 
 def dropped_relations(relations: pl.LazyFrame | pl.DataFrame, node_keys: pl.DataFrame) -> int:

@@ -298,6 +298,62 @@ class TableMemo:
     def get(self, path: Path) -> pl.DataFrame | None:
         return self.lookup(path)[1]
 
+    def get_key(self, key: tuple) -> pl.DataFrame | None:
+        """The table kept under `key` (a table assembled from several files: see sliced_graph),
+        None when not kept or when the memo is off."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            entry = self._tables.pop(key, None)
+            if entry is not None:
+                self._tables[key] = entry
+                self.hits += 1
+        return entry[0] if entry is not None else None
+
+    def prefetch_group(self, paths: list[Path], key, load) -> None:
+        """Read the table assembled from `paths` (`load(paths)`) into the memo under `key(paths)` in
+        a background thread (see `prefetch`: evicts nothing, a failure is left to the reader); a
+        reader of any of the files waits for it (`await_prefetch`)."""
+        if not self.enabled or not paths:
+            return
+        done = threading.Event()
+        ids = []
+        with self._lock:
+            for path in paths:
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                file_id = (st.st_dev, st.st_ino)
+                if file_id in self._loading:
+                    continue
+                self._loading[file_id] = done
+                ids.append(file_id)
+
+        def run() -> None:
+            try:
+                if self.enabled:
+                    k = key(paths)
+                    if k is not None and not self._holds(k):
+                        df = load(paths)
+                        if key(paths) == k:
+                            self.put(k, df, evict=False)
+            except BaseException:  # noqa: BLE001 - the reader reads it and reports
+                pass
+            finally:
+                for file_id in ids:
+                    self._release(file_id, done)
+                done.set()
+
+        thread = threading.Thread(target=run, name="table-prefetch-group", daemon=True)
+        try:
+            thread.start()
+            self._prefetchers.append(thread)
+        except BaseException:
+            for file_id in ids:
+                self._release(file_id, done)
+            raise
+
     def lookup(self, path: Path) -> tuple[tuple | None, pl.DataFrame | None]:
         """(the file's identity, its table when kept); (None, None) when the memo is off."""
         if not self.enabled:
@@ -743,6 +799,31 @@ class ParquetBundle:
             for _ in pool.map(write, list(tables)):
                 pass
         files.update(names)
+        return self._publish(generation, files, extra)
+
+    def link(self, sources: dict[str, Path], *, previous: dict | None = None, **extra) -> dict:
+        """Publish exactly the tables `sources` (table -> a Parquet file elsewhere, e.g. another
+        bundle's), each as a hard link (copy_file); a table whose file in `previous` already is
+        that file (same device and inode) keeps it: an update links only the tables that changed."""
+        generation = int((previous or {}).get("generation", 0)) + 1
+        old = (previous or {}).get("tables") or {}
+        files = {}
+        for table, source in sources.items():
+            kept = old.get(table)
+            if kept is not None:
+                try:
+                    a, b = os.stat(self.folder / kept), os.stat(source)
+                    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+                        files[table] = kept
+                        continue
+                except OSError:
+                    pass
+            files[table] = f"{self.name}.{table}.g{generation}.parquet"
+            copy_file(source, self.folder / files[table])
+        return self._publish(generation, files, extra)
+
+    def _publish(self, generation: int, files: dict[str, str], extra: dict) -> dict:
+        """Write the manifest naming `files` (written last), then remove the files it does not name."""
         manifest = {"generation": generation, "tables": files, **extra}
         write_json(manifest, self.manifest_path)
         live = set(files.values())

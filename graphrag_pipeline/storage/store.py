@@ -21,11 +21,11 @@ from graphrag_pipeline.graph.communities import CommunityState
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 from graphrag_pipeline.index.records import SOURCES_MEMO_SCHEMA, SOURCES_MEMO_SCHEME, SOURCES_PATHS_SCHEMA, SourcesMemo
 from graphrag_pipeline.reports.offline import CommunityReport
+from graphrag_pipeline.storage import sliced_graph
 from graphrag_pipeline.storage.files import (
     TABLES,
     DamagedFileError,
     ParquetBundle,
-    copy_file,
     parquet_problem,
     read_json,
     read_parquet,
@@ -358,64 +358,104 @@ class Store:
         return removed
 
     # -- whole graph ----------------------------------------------------------------------------
-    def _graph_files(self, name: str) -> tuple[Path, Path]:
+    # A graph ("knowledge_graph", "resolved_graph") is a bundle of key-range slices (see
+    # sliced_graph); a home written before slicing has one file per table, read until rewritten.
+    def _legacy_graph_files(self, name: str) -> tuple[Path, Path]:
         return self.paths.graph_dir / f"{name}.nodes.parquet", self.paths.graph_dir / f"{name}.edges.parquet"
 
+    def _graph_bundle(self, name: str) -> ParquetBundle:
+        return ParquetBundle(self.paths.graph_dir, name)
+
+    def _graph_manifest(self, name: str) -> dict | None:
+        manifest = self._graph_bundle(name).manifest()
+        return manifest if manifest is not None and "metrics" in manifest["tables"] else None
+
     def write_graph(
-        self,
-        name: str,
-        nodes: pl.DataFrame,
-        edges: pl.DataFrame,
-        *,
-        nodes_file: Path | None = None,
-        edges_file: Path | None = None,
+        self, name: str, nodes: pl.DataFrame, edges: pl.DataFrame, *, files: dict[str, Path] | None = None
     ) -> None:
-        """Write the graph's tables; a table is copied byte for byte from `nodes_file` / `edges_file`
-        (a Parquet file holding exactly that table, in NODE_SCHEMA / EDGE_SCHEMA) when given: a
-        graph of a million edges is encoded once per update, not once per stage passing it on."""
-        n, e = self._graph_files(name)
-        for table, schema, source, target in ((nodes, NODE_SCHEMA, nodes_file, n), (edges, EDGE_SCHEMA, edges_file, e)):
-            if source is not None:
-                copy_file(source, target)
-            else:
-                write_parquet(table.select(list(schema)).cast(schema), target, remember=True)
+        """Write the graph's tables; with `files` (a bundle's graph tables holding exactly `nodes`
+        and `edges`: the merge's), link them instead (only the tables that changed since get a new
+        link): a graph of a million edges is encoded once per update, and only where it changed."""
+        bundle = self._graph_bundle(name)
+        previous = bundle.manifest()
+        if files is not None:
+            written = bundle.link(files, previous=previous)
+        else:
+            nodes = nodes.select(list(NODE_SCHEMA)).cast(NODE_SCHEMA)
+            edges = edges.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA)
+            tables = sliced_graph.graph_tables(nodes, edges, [])  # one slice of each
+            written = bundle.write(tables, previous=previous, drop=set((previous or {}).get("tables", {})))
+        sliced_graph.remember(bundle, written, nodes, edges)
+        for legacy in self._legacy_graph_files(name):
+            legacy.unlink(missing_ok=True)
 
     def copy_graph(self, source: str, target: str) -> None:
-        """Graph `target` becomes a byte copy of graph `source` (a stage that changed nothing)."""
-        for src, dst in zip(self._graph_files(source), self._graph_files(target)):
-            verify_parquet(src)  # a damaged file is named here, not passed on
-            copy_file(src, dst)
+        """Graph `target` becomes graph `source` (hard links to its files: a stage that changed nothing)."""
+        files = self.graph_table_files(source)
+        for f in files.values():
+            verify_parquet(f)  # a damaged file is named here, not passed on
+        bundle = self._graph_bundle(target)
+        bundle.link(files, previous=bundle.manifest())
+        for legacy in self._legacy_graph_files(target):
+            legacy.unlink(missing_ok=True)
 
-    def _built_graph_files(self, name: str) -> tuple[Path, Path]:
-        n, e = self._graph_files(name)
-        if not n.exists():
-            raise FileNotFoundError(f"{name} has not been materialized yet ({n} is missing)")
-        return n, e
+    def graph_table_files(self, name: str) -> dict[str, Path]:
+        """Table -> file of the graph as built; FileNotFoundError when it has not been built. A home
+        written before slicing gives its two files (under "nodes" and "edges")."""
+        manifest = self._graph_manifest(name)
+        if manifest is not None:
+            bundle = self._graph_bundle(name)
+            return {t: bundle.path(manifest, t) for t in sorted(manifest["tables"])}
+        n, e = self._legacy_graph_files(name)
+        if n.exists():
+            return {"nodes": n, "edges": e}
+        raise FileNotFoundError(
+            f"{name} has not been materialized yet ({self._graph_bundle(name).manifest_path} is missing)"
+        )
+
+    def _read_part(self, name: str, part: str, columns: list[str] | None) -> pl.DataFrame:
+        manifest = self._graph_manifest(name)
+        if manifest is not None:
+            return sliced_graph.read_part(self._graph_bundle(name), manifest, part, columns)
+        files = self.graph_table_files(name)  # a home written before slicing (or not built: raises)
+        schema = NODE_SCHEMA if part == "nodes" else EDGE_SCHEMA
+        return read_parquet(files[part], schema, columns, remember=True)
 
     def read_graph(
         self, name: str, node_columns: list[str] | None = None, edge_columns: list[str] | None = None
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The graph's nodes and edges (only the columns named, when given: the checks and the
         clustering need a few columns of a table whose descriptions make most of its bytes)."""
-        n, e = self._built_graph_files(name)
         # side by side: polars decodes without holding the GIL, and the edges are most of the bytes
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graph-read") as pool:
-            edges = pool.submit(read_parquet, e, EDGE_SCHEMA, edge_columns, remember=True)
-            nodes = read_parquet(n, NODE_SCHEMA, node_columns, remember=True)
+            edges = pool.submit(self._read_part, name, "edges", edge_columns)
+            nodes = self._read_part(name, "nodes", node_columns)
             return nodes, edges.result()
 
     def read_graph_nodes(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
         """The graph's nodes alone (only `columns`, when given)."""
-        return read_parquet(self._built_graph_files(name)[0], NODE_SCHEMA, columns, remember=True)
+        return self._read_part(name, "nodes", columns)
 
     def read_graph_among(self, name: str, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The nodes `keys` of graph `name` and the edges between two of them: what a few
         communities' reports read, without decoding every description of a million-edge graph."""
-        n, e = self._built_graph_files(name)
         wanted = pl.Series("k", sorted(set(keys)), dtype=pl.Utf8).implode()
         inside = pl.col("source_key").is_in(wanted) & pl.col("target_key").is_in(wanted)
+        manifest = self._graph_manifest(name)
         out = []
-        for path, where, schema in ((n, pl.col("key").is_in(wanted), NODE_SCHEMA), (e, inside, EDGE_SCHEMA)):
+        for part, where, schema in (
+            ("nodes", pl.col("key").is_in(wanted), NODE_SCHEMA),
+            ("edges", inside, EDGE_SCHEMA),
+        ):
+            if manifest is not None:
+                files = sliced_graph.part_files(self._graph_bundle(name), manifest, part)
+                key = sliced_graph.memo_key(part, files) if TABLES.enabled else None
+                known = TABLES.get_key(key) if key is not None else None  # kept whole by an earlier stage
+                out.append(
+                    known.filter(where) if known is not None else sliced_graph.load_part_where(files, part, where)
+                )
+                continue
+            path = self.graph_table_files(name)[part]
             known = TABLES.get(path)  # the whole table, when an earlier stage of this process had it
             if known is not None:
                 out.append(known.filter(where))
@@ -426,15 +466,22 @@ class Store:
                 out.append(read_parquet(path, schema).filter(where))
         return out[0], out[1]
 
-    def graph_files(self, name: str) -> tuple[Path, Path]:
-        """The graph's nodes and edges files (which may not exist yet)."""
-        return self._graph_files(name)
+    def graph_files(self, name: str) -> list[Path]:
+        """The graph's files as built (its manifest and tables); empty when it has not been built."""
+        try:
+            files = list(self.graph_table_files(name).values())
+        except FileNotFoundError:
+            return []
+        manifest = self._graph_bundle(name).manifest_path
+        return [manifest, *files] if manifest.exists() else files
+
+    def graph_edge_count(self, name: str) -> int:
+        """The graph's number of edges (from the Parquet footers)."""
+        files = [f for t, f in self.graph_table_files(name).items() if t == "edges" or t.startswith("edges-")]
+        return sum(pl.scan_parquet(str(f)).select(pl.len()).collect().item() for f in files)
 
     def communities_file(self) -> Path:
         return self.paths.graph_dir / "communities.parquet"
-
-    def graph_edges_file(self, name: str) -> Path:
-        return self._graph_files(name)[1]
 
     def write_state(self, name: str, state: dict) -> None:
         write_json(state, self.paths.graph_dir / f"{name}.json")

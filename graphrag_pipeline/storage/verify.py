@@ -19,14 +19,20 @@ from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
 from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
 from graphrag_pipeline.index.duckdb_writer import check_index_file, nonfinite_vectors, read_meta
 from graphrag_pipeline.storage.files import DamagedFileError, parquet_problem, read_json, verify_parquet
+from graphrag_pipeline.storage.store import Store
 
 
 def _graph_files(paths) -> list[Path]:
-    return [
-        paths.graph_dir / f"{name}.{part}.parquet"
-        for name in ("knowledge_graph", "resolved_graph")
-        for part in ("nodes", "edges")
-    ] + [paths.graph_dir / "communities.parquet"]
+    """The files of the knowledge graph, the resolved graph (their tables, see sliced_graph; the
+    manifest when it is missing or cannot be read, so that it is reported) and the communities."""
+    store = Store.reader(paths)
+    out = []
+    for name in ("knowledge_graph", "resolved_graph"):
+        files = store.graph_files(name)
+        out.extend(f for f in files if f.suffix == ".parquet")
+        if not files:
+            out.append(paths.graph_dir / f"{name}.manifest.json")
+    return out + [paths.graph_dir / "communities.parquet"]
 
 
 # The graph stages' working files: bundles of tables under a manifest (the merge's mention rows,

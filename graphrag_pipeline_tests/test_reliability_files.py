@@ -732,6 +732,44 @@ def test_graph_read_from_memory_equals_the_graph_read_from_disk(tmp_path):
     assert in_memory[0][1]["target_key"].to_list() == ["b", "d"]
 
 
+def test_a_graph_missing_a_slice_is_named_and_a_graph_from_before_slicing_is_read(tmp_path):
+    """A graph is a manifest and its slices (sliced_graph): a slice gone is named by the reader and
+    by the build's check; a home written before slicing (one file per table) is read as it is, and
+    copied on in slices."""
+    from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
+    from graphrag_pipeline.storage.verify import downstream_problems
+
+    paths = Paths(tmp_path / "home")
+    store = Store(paths)
+    nodes = pl.DataFrame(
+        {"key": ["a", "b"], "name": ["A", "B"], "type": ["T", "T"], "degree": [1, 1], "pagerank": [0.5, 0.5]}
+    )
+    edges = pl.DataFrame({"source_key": ["a"], "target_key": ["b"], "source": ["A"], "target": ["B"], "weight": [1.0]})
+    nodes = pl.DataFrame({c: nodes[c] if c in nodes.columns else None for c in NODE_SCHEMA}).cast(NODE_SCHEMA)
+    edges = pl.DataFrame({c: edges[c] if c in edges.columns else None for c in EDGE_SCHEMA}).cast(EDGE_SCHEMA)
+    # a home from before slicing: one file per table
+    nodes.write_parquet(paths.graph_dir / "knowledge_graph.nodes.parquet")
+    edges.write_parquet(paths.graph_dir / "knowledge_graph.edges.parquet")
+    got = store.read_graph("knowledge_graph")
+    assert got[0].equals(nodes) and got[1].equals(edges)
+    store.copy_graph("knowledge_graph", "resolved_graph")
+    assert (paths.graph_dir / "resolved_graph.manifest.json").exists()
+    got = store.read_graph("resolved_graph")
+    assert got[0].equals(nodes) and got[1].equals(edges)
+    store.write_graph("knowledge_graph", nodes, edges)  # written again: in slices, the old files gone
+    assert not (paths.graph_dir / "knowledge_graph.nodes.parquet").exists()
+    assert store.graph_edge_count("knowledge_graph") == 1
+    listed = store.graph_files("knowledge_graph")
+    assert listed[0].name == "knowledge_graph.manifest.json" and len(listed) == 4
+    edge_slice = next(f for f in listed if ".edges-" in f.name)
+    edge_slice.unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(str(edge_slice))):
+        store.read_graph("knowledge_graph")
+    (paths.graph_dir / "communities.parquet").write_bytes(b"")
+    problems = downstream_problems(paths, store, [])
+    assert f"{edge_slice} is missing" in problems
+
+
 def test_table_memo_is_bounded_in_tables_and_bytes():
     small = pl.DataFrame({"k": list(range(100))})
     big = pl.DataFrame({"k": list(range(100_000))})

@@ -391,6 +391,10 @@ class Store:
 
     def copy_graph(self, source: str, target: str) -> None:
         """Graph `target` becomes graph `source` (hard links to its files: a stage that changed nothing)."""
+        if self._graph_manifest(source) is None:  # written before slicing: written again, in slices
+            nodes, edges = self.read_graph(source)
+            self.write_graph(target, nodes, edges)
+            return
         files = self.graph_table_files(source)
         for f in files.values():
             verify_parquet(f)  # a damaged file is named here, not passed on
@@ -409,9 +413,28 @@ class Store:
         n, e = self._legacy_graph_files(name)
         if n.exists():
             return {"nodes": n, "edges": e}
+        listed = self._listed_graph_files(name)
+        if listed:
+            missing = [str(f) for f in listed[1:] if not f.exists()]
+            raise FileNotFoundError(
+                f"{name} is incomplete: {', '.join(missing[:3]) or listed[0]} "
+                f"{'is' if len(missing) == 1 else 'are'} missing or unreadable"
+            )
         raise FileNotFoundError(
             f"{name} has not been materialized yet ({self._graph_bundle(name).manifest_path} is missing)"
         )
+
+    def _listed_graph_files(self, name: str) -> list[Path]:
+        """The manifest of graph `name` and every file it names (whether there or not); empty when
+        there is no manifest that can be read."""
+        bundle = self._graph_bundle(name)
+        try:
+            data = read_json(bundle.manifest_path)
+        except (OSError, ValueError):
+            return [bundle.manifest_path] if bundle.manifest_path.exists() else []
+        if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+            return [bundle.manifest_path] if data is not None else []
+        return [bundle.manifest_path, *(bundle.folder / f for _, f in sorted(data["tables"].items()))]
 
     def _read_part(self, name: str, part: str, columns: list[str] | None) -> pl.DataFrame:
         manifest = self._graph_manifest(name)
@@ -467,13 +490,12 @@ class Store:
         return out[0], out[1]
 
     def graph_files(self, name: str) -> list[Path]:
-        """The graph's files as built (its manifest and tables); empty when it has not been built."""
-        try:
-            files = list(self.graph_table_files(name).values())
-        except FileNotFoundError:
-            return []
-        manifest = self._graph_bundle(name).manifest_path
-        return [manifest, *files] if manifest.exists() else files
+        """The graph's files: its manifest and every table it names (some may be missing: a check
+        names them), or a home's files from before slicing; empty when it has not been built."""
+        listed = self._listed_graph_files(name)
+        if listed:
+            return listed
+        return [f for f in self._legacy_graph_files(name) if f.exists()]
 
     def graph_edge_count(self, name: str) -> int:
         """The graph's number of edges (from the Parquet footers)."""

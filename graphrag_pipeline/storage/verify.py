@@ -23,15 +23,13 @@ from graphrag_pipeline.storage.store import Store
 
 
 def _graph_files(paths) -> list[Path]:
-    """The files of the knowledge graph, the resolved graph (their tables, see sliced_graph; the
-    manifest when it is missing or cannot be read, so that it is reported) and the communities."""
+    """The files of the knowledge graph and the resolved graph (each: its manifest and the tables
+    it names, see sliced_graph; the manifest alone when missing, so that it is reported) and of the
+    communities."""
     store = Store.reader(paths)
     out = []
     for name in ("knowledge_graph", "resolved_graph"):
-        files = store.graph_files(name)
-        out.extend(f for f in files if f.suffix == ".parquet")
-        if not files:
-            out.append(paths.graph_dir / f"{name}.manifest.json")
+        out.extend(store.graph_files(name) or [paths.graph_dir / f"{name}.manifest.json"])
     return out + [paths.graph_dir / "communities.parquet"]
 
 
@@ -53,6 +51,19 @@ def _parquet_problem(path: Path, full: bool) -> str | None:
         pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError) as exc:
         return f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
+
+
+def _file_problem(path: Path) -> str | None:
+    """What is wrong with a graph file (a manifest, or a table read whole)."""
+    if path.suffix != ".json":
+        return _parquet_problem(path, full=True)
+    if not path.exists():
+        return f"{path} is missing"
+    try:
+        read_json(path)
+    except DamagedFileError as exc:
+        return str(exc)
     return None
 
 
@@ -130,12 +141,18 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
     files = _graph_files(paths)
     if not any(f.exists() for f in files) and not paths.index_file.exists():
         return []  # nothing built yet
+    checked = set()  # the resolved graph's tables are mostly hard links of the knowledge graph's
     for f in files:
-        if not f.exists():
+        try:
+            st = os.stat(f)
+        except FileNotFoundError:
             problems.append(f"{f} is missing")
             continue
+        if (st.st_dev, st.st_ino) in checked:
+            continue
+        checked.add((st.st_dev, st.st_ino))
         try:
-            verify_parquet(f)
+            read_json(f) if f.suffix == ".json" else verify_parquet(f)
         except DamagedFileError as exc:
             problems.append(str(exc))
     present = store.stored_report_ids()
@@ -161,7 +178,7 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
     problems = []
     for key in doc_keys:
         problems.extend(store.document_problems(key, method))
-    problems.extend(problem for f in _graph_files(paths) if (problem := _parquet_problem(f, full=True)))
+    problems.extend(problem for f in _graph_files(paths) if (problem := _file_problem(f)))
     problems.extend(problem for _, problem in working_file_problems(paths, full=True))
     for cid in report_ids:
         try:

@@ -2839,9 +2839,10 @@ def cmd_plots(args) -> None:
     )
     out.append(path)
 
-    ab = plot_update_ab(args.results_dir)
-    if ab is not None:
-        out.append(ab)
+    for prefix in AB_SERIES:
+        ab = plot_update_ab(args.results_dir, prefix)
+        if ab is not None:
+            out.append(ab)
     real = args.results_dir / "real.json"
     if real.exists():
         plot_real(json.loads(real.read_text()), args.results_dir / "real_stages.png")  # says where it wrote
@@ -2849,19 +2850,21 @@ def cmd_plots(args) -> None:
         say(f"wrote {p}")
 
 
-# update-ab results by corpus size (`--name update-ab-sizes-1k`, `-10k`, `-50k`)
-AB_BY_SIZE = {1000: "update-ab-sizes-1k.json", 10000: "update-ab-sizes-10k.json", 50000: "update-ab-sizes-50k.json"}
+# series of update-ab results by corpus size (`--name <series>-1k`, `-10k`, `-50k`), one plot each
+AB_SERIES = ("update-ab-sizes", "update-ab-sliced")
+AB_SIZES = {1000: "1k", 10000: "10k", 50000: "50k"}
 
 
-def plot_update_ab(results_dir: Path) -> Path | None:
-    """update_ab_sizes.png: the median one-document update of each kept home by corpus size, for both
-    versions of the code of update-ab runs that compared the same two revisions (the same day and
-    machine for both, unlike scale.json's figures); None when there are fewer than two such sizes."""
+def plot_update_ab(results_dir: Path, prefix: str = "update-ab-sizes") -> Path | None:
+    """<prefix>.png (dashes as underscores): the median one-document update of each kept home by
+    corpus size, for both versions of the code of update-ab runs named <prefix>-1k, -10k, -50k that
+    compared the same two revisions (the same day and machine for both, unlike scale.json's
+    figures); None when there are fewer than two such sizes."""
     import matplotlib.pyplot as plt
 
     runs = {}
-    for docs, name in AB_BY_SIZE.items():
-        f = results_dir / name
+    for docs, size in AB_SIZES.items():
+        f = results_dir / f"{prefix}-{size}.json"
         if f.exists():
             runs[docs] = json.loads(f.read_text())
     pairs = {(r["settings"]["before"], r["machine"]["git_commit"]) for r in runs.values()}
@@ -2877,8 +2880,9 @@ def plot_update_ab(results_dir: Path) -> Path | None:
         )
     ax.set_xlim(left=0, right=max(docs) * 1.05)
     ax.set_ylim(bottom=0)
-    path = results_dir / "update_ab_sizes.png"
-    caption = f"{machine_line(runs[docs[-1]]['machine'])}; method fast; rounds per size: 3"
+    path = results_dir / f"{prefix.replace('-', '_')}.png"
+    rounds = sorted({r["settings"].get("rounds") for r in runs.values()} - {None})
+    caption = f"{machine_line(runs[docs[-1]]['machine'])}; method fast; rounds per size: {', '.join(map(str, rounds))}"
     title = "one-document update vs corpus size, two versions of the code alternating (update-ab)"
     _save_linear(fig, ax, docs, "seconds, median of the rounds (linear)", title, caption, path)
     return path

@@ -691,6 +691,7 @@ def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_supersede
         manifest = bundle.manifest()
         new = [sliced_graph.memo_key(p, sliced_graph.part_files(bundle, manifest, p)) for p in ("nodes", "edges")]
         assert all(k in memo._tables for k in new)  # the new graph, as written, for the later stages
+        assert not any(k in memo._tables for k in old)  # the superseded one is not kept
         assert memo.get_key(new[0]).equals(prefetched.nodes) and memo.get_key(new[1]).equals(prefetched.edges)
     assert prefetched.nodes.equals(plain.nodes) and prefetched.edges.equals(plain.edges)
     assert "eve" in prefetched.nodes["key"].to_list() and not prefetched.full

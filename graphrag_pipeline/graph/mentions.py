@@ -259,6 +259,7 @@ def _update(
     new_sources = pl.concat([sources.filter(~pl.col("doc_id").is_in(gone)), _sources(store, changed, signatures)]).sort(
         "doc_id"
     )
+    superseded = sliced_graph.memo_keys(bundle, manifest)  # (before the files are replaced)
     written = bundle.write(
         {**shards, "sources": new_sources, **graph},
         previous=manifest,
@@ -267,6 +268,7 @@ def _update(
         merge_rule=merge_rule(),
         graph_cuts=cuts,
     )
+    TABLES.forget(superseded)  # the memo keeps one version of a graph of a million edges
     sliced_graph.remember(bundle, written, nodes, edges)
     counts = (len(changed), len(removed), len(affected))
     return _result(nodes, edges, dropped, new_sources, *counts, False, written, bundle, len(graph))

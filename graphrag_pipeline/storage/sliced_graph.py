@@ -217,6 +217,13 @@ def remember(bundle: ParquetBundle, manifest: dict, nodes: pl.DataFrame, edges: 
             TABLES.put(key, df.select(list(NODE_SCHEMA if part == "nodes" else EDGE_SCHEMA)))
 
 
+def memo_keys(bundle: ParquetBundle, manifest: dict) -> list[tuple]:
+    """The table memo's keys of the nodes and edges assembled from the files `manifest` names (to
+    forget them once superseded: take them before the files are replaced)."""
+    keys = [memo_key(part, part_files(bundle, manifest, part)) for part in PARTS] if TABLES.enabled else []
+    return [k for k in keys if k is not None]
+
+
 def prefetch(bundle: ParquetBundle) -> None:
     """Assemble the bundle's nodes and edges into the table memo in background threads."""
     manifest = bundle.manifest()

@@ -6,6 +6,7 @@ working on different documents never share a file. Whole-graph outputs have a si
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Collection
@@ -396,10 +397,18 @@ class Store:
             self.write_graph(target, nodes, edges)
             return
         files = self.graph_table_files(source)
-        for f in files.values():
-            verify_parquet(f)  # a damaged file is named here, not passed on
         bundle = self._graph_bundle(target)
-        bundle.link(files, previous=bundle.manifest())
+        previous = bundle.manifest()
+        linked = set()  # the files the target links already (checked when they were linked)
+        for f in (previous or {}).get("tables", {}).values():
+            with contextlib.suppress(OSError):
+                st = os.stat(bundle.folder / f)
+                linked.add((st.st_dev, st.st_ino))
+        for f in files.values():
+            st = os.stat(f)
+            if (st.st_dev, st.st_ino) not in linked:
+                verify_parquet(f)  # a damaged file is named here, not passed on
+        bundle.link(files, previous=previous)
         for legacy in self._legacy_graph_files(target):
             legacy.unlink(missing_ok=True)
 

@@ -18,6 +18,7 @@ import polars as pl
 from graphrag_pipeline.index.duckdb_reader import attach_read_only, release
 from graphrag_pipeline.index.duckdb_writer import SCHEMA_VERSION as INDEX_SCHEMA_VERSION
 from graphrag_pipeline.index.duckdb_writer import check_index_file, nonfinite_vectors, read_meta
+from graphrag_pipeline.storage import sliced_graph
 from graphrag_pipeline.storage.files import DamagedFileError, parquet_problem, read_json, verify_parquet
 from graphrag_pipeline.storage.store import Store
 
@@ -103,7 +104,9 @@ def working_file_problems(paths, *, full: bool = False) -> list[tuple[Path, str]
             continue  # not written yet, or removed: the stage rebuilds it
         try:
             tables = read_json(manifest_path)["tables"]
-            files = [graph / f for f in tables.values()]
+            # (every build: the merge's graph slices are the knowledge graph's files, whose ends
+            # downstream_problems checks; a merge that cannot read one merges from scratch)
+            files = [graph / f for t, f in tables.items() if full or not sliced_graph.is_graph_table(t)]
         except DamagedFileError as exc:
             out.append((manifest_path, str(exc)))
             continue

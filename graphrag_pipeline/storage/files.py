@@ -517,7 +517,8 @@ TABLES = TableMemo()
 _BUNDLE_TABLE = re.compile(r"\.g\d+\.parquet$")  # ParquetBundle's file names
 
 
-def _stat_identity(path: Path) -> tuple | None:
+def stat_identity(path: Path) -> tuple | None:
+    """(device, inode, size, modification time) of the file, None when it cannot be stat'ed."""
     try:
         st = os.stat(path)
     except OSError:
@@ -552,7 +553,7 @@ class VerdictMemo:
         slices is some 400 files at 50,000 documents, and each check would read every one's tail."""
         if not TABLES.enabled:
             return [None] * len(paths)
-        return [_stat_identity(p) if _BUNDLE_TABLE.search(Path(p).name) else TableMemo.identity(p) for p in paths]
+        return [stat_identity(p) if _BUNDLE_TABLE.search(Path(p).name) else TableMemo.identity(p) for p in paths]
 
     def get(self, key: tuple | None):
         with self._lock:
@@ -817,23 +818,27 @@ class ParquetBundle:
         files.update(names)
         return self._publish(generation, files, extra)
 
-    def link(self, sources: dict[str, Path], *, previous: dict | None = None, **extra) -> dict:
+    def link(self, sources: dict[str, Path], *, previous: dict | None = None, check=None, **extra) -> dict:
         """Publish exactly the tables `sources` (table -> a Parquet file elsewhere, e.g. another
         bundle's), each as a hard link (copy_file); a table whose file in `previous` already is
-        that file (same device and inode) keeps it: an update links only the tables that changed."""
+        that file (same device and inode) keeps it: an update links only the tables that changed.
+        check: called on each source linked anew, before anything is published (raises to stop)."""
         generation = int((previous or {}).get("generation", 0)) + 1
         old = (previous or {}).get("tables") or {}
+        fresh = {}
         files = {}
         for table, source in sources.items():
             kept = old.get(table)
-            if kept is not None:
-                try:
-                    a, b = os.stat(self.folder / kept), os.stat(source)
-                    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
-                        files[table] = kept
-                        continue
-                except OSError:
-                    pass
+            here = stat_identity(self.folder / kept) if kept is not None else None
+            there = stat_identity(source)
+            if here is not None and there is not None and here[:2] == there[:2]:
+                files[table] = kept
+            else:
+                fresh[table] = source
+        if check is not None:
+            for source in fresh.values():
+                check(source)
+        for table, source in fresh.items():
             files[table] = f"{self.name}.{table}.g{generation}.parquet"
             copy_file(source, self.folder / files[table])
         return self._publish(generation, files, extra)

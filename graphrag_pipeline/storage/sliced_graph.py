@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 from pathlib import Path
 
 import polars as pl
 
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
-from graphrag_pipeline.storage.files import TABLES, ParquetBundle, read_parquet
+from graphrag_pipeline.storage.files import TABLES, ParquetBundle, read_parquet, stat_identity
 
 METRICS_SCHEMA = {"key": pl.Utf8, "degree": pl.Int64, "pagerank": pl.Float64}
 METRICS = ("degree", "pagerank")
@@ -42,6 +41,8 @@ NODE_COLUMNS = [c for c in NODE_SCHEMA if c not in METRICS]  # a node slice's co
 SLICE_EDGES = 4096  # edges per slice where the cuts are chosen
 RECUT_FACTOR = 4  # a slice holding this many times SLICE_EDGES gets the cuts chosen again
 PARTS = ("nodes", "edges")
+# the list columns, compacted in each slice written (see graph_tables)
+LIST_COLUMNS = sorted({c for schema in (NODE_SCHEMA, EDGE_SCHEMA) for c, t in schema.items() if t == pl.List(pl.Utf8)})
 
 
 def slice_name(part: str, i: int) -> str:
@@ -97,7 +98,6 @@ def graph_tables(
         ("nodes", nodes.select(NODE_COLUMNS), "key", node_slices),
         ("edges", edges.select(list(EDGE_SCHEMA)), "source_key", edge_slices),
     )
-    lists = {c for schema in (NODE_SCHEMA, EDGE_SCHEMA) for c, t in schema.items() if t == pl.List(pl.Utf8)}
     for part, df, column, only in parts:
         for i, piece in enumerate(split(df, column, cuts)):
             if only is None or i in only:
@@ -105,7 +105,7 @@ def graph_tables(
                 # value of the table behind it: encoding 4,000 edges of the merged graph of 50,000
                 # documents took 0.17 s instead of 0.01)
                 out[slice_name(part, i)] = piece.with_columns(
-                    pl.col(c).list.eval(pl.element()) for c in sorted(lists) if c in piece.columns
+                    pl.col(c).list.eval(pl.element()) for c in LIST_COLUMNS if c in piece.columns
                 )
     return out
 
@@ -118,10 +118,8 @@ def oversized(nodes: pl.DataFrame, edges: pl.DataFrame, cuts: list[str], edge_sl
 
 # -- reading ----------------------------------------------------------------------------------
 def _stamps(files: list[Path]) -> tuple | None:
-    try:
-        return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in (os.stat(f) for f in files))
-    except OSError:
-        return None
+    stamps = tuple(stat_identity(f) for f in files)
+    return None if None in stamps else stamps
 
 
 def memo_key(part: str, files: list[Path]) -> tuple | None:

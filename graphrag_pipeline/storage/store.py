@@ -6,7 +6,6 @@ working on different documents never share a file. Whole-graph outputs have a si
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Collection
@@ -387,6 +386,10 @@ class Store:
             tables = sliced_graph.graph_tables(nodes, edges, [])  # one slice of each
             written = bundle.write(tables, previous=previous, drop=set((previous or {}).get("tables", {})))
         sliced_graph.remember(bundle, written, nodes, edges)
+        self._drop_legacy_graph_files(name)
+
+    def _drop_legacy_graph_files(self, name: str) -> None:
+        """Remove the graph's files from before slicing (once it is written in slices)."""
         for legacy in self._legacy_graph_files(name):
             legacy.unlink(missing_ok=True)
 
@@ -396,21 +399,11 @@ class Store:
             nodes, edges = self.read_graph(source)
             self.write_graph(target, nodes, edges)
             return
-        files = self.graph_table_files(source)
         bundle = self._graph_bundle(target)
-        previous = bundle.manifest()
-        linked = set()  # the files the target links already (checked when they were linked)
-        for f in (previous or {}).get("tables", {}).values():
-            with contextlib.suppress(OSError):
-                st = os.stat(bundle.folder / f)
-                linked.add((st.st_dev, st.st_ino))
-        for f in files.values():
-            st = os.stat(f)
-            if (st.st_dev, st.st_ino) not in linked:
-                verify_parquet(f)  # a damaged file is named here, not passed on
-        bundle.link(files, previous=previous)
-        for legacy in self._legacy_graph_files(target):
-            legacy.unlink(missing_ok=True)
+        # a file linked anew is checked first (a damaged file is named here, not passed on); one the
+        # target links already was checked when it was linked
+        bundle.link(self.graph_table_files(source), previous=bundle.manifest(), check=verify_parquet)
+        self._drop_legacy_graph_files(target)
 
     def graph_table_files(self, name: str) -> dict[str, Path]:
         """Table -> file of the graph as built; FileNotFoundError when it has not been built. A home

@@ -63,6 +63,9 @@ def _remote_pull(only: tuple[str, ...] | None = None, quiet: bool = False) -> No
         if not quiet:
             print(f"home {sync.url} (working copy {sync.scratch})", file=sys.stderr)
         sync.pull(only)
+        from graphrag_pipeline.storage.store import DOC_STATS
+
+        DOC_STATS.forget_all()  # the files a pull brings were not written through a Store
 
 
 def _remote_push() -> None:
@@ -716,13 +719,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         from graphrag_pipeline.cli_progress import BuildProgress
         from graphrag_pipeline.settings import setting
         from graphrag_pipeline.storage.files import freeing_replaced_files_later, remembering
+        from graphrag_pipeline.storage.store import sharing_doc_stats
 
         try:
-            # the runs execute in this process: a stage reads the graph an earlier stage wrote from memory
-            # (and the search index a publish replaced is removed while the build goes on)
+            # the runs execute in this process: a stage reads the graph an earlier stage wrote from memory,
+            # the merge uses the plan's stats of the documents' files (and the search index a publish
+            # replaced is removed while the build goes on)
             with (
                 BuildProgress(interval_s=setting("GRAPHRAG_PROGRESS_INTERVAL")),
                 remembering(),
+                sharing_doc_stats(),
                 freeing_replaced_files_later(),
             ):
                 return _build(args, paths)

@@ -210,6 +210,40 @@ def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch
     assert len(other.stale) == len(other.states)
 
 
+def test_a_build_stats_each_documents_files_once_and_again_after_it_writes_them(home, corpus, monkeypatch):
+    """While a build shares its stats (sharing_doc_stats), the merge's signatures of the subgraph
+    files come from the plan's stats; a file written through the Store is stat'ed again, and the
+    signatures are what a fresh stat gives."""
+    import os
+
+    from graphrag_pipeline.ingest import corpus_sync
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store, sharing_doc_stats
+    from graphrag_pipeline_tests.conftest import cli
+
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    store = Store(Paths(home))
+    keys = sorted(p.name for p in corpus.iterdir())
+    real_stat, stats = os.stat, []
+    monkeypatch.setattr(os, "stat", lambda path, *a, **kw: stats.append(os.fspath(path)) or real_stat(path, *a, **kw))
+    with sharing_doc_stats():
+        corpus_sync.plan_sync(corpus, keys, store, "fast")
+        stats.clear()
+        assert store.subgraph_signatures(keys) and stats == []  # all taken from the plan's stats
+        doc = keys[0]
+        entities, relations = store.read_subgraphs([doc])
+        store.write_subgraph(doc, entities.head(1), relations, store.subgraph_info(doc))
+        stats.clear()
+        shared = store.subgraph_signatures(keys)
+        folder = Paths(home).doc_dir("doc_subgraph")
+        written = {os.fspath(folder / f"{doc}{x}") for x in (".entities.parquet", ".relations.parquet")}
+        assert set(stats) == written
+    stats.clear()
+    fresh = store.subgraph_signatures(keys)
+    assert shared == fresh and len(stats) == 2 * len(keys)  # off after the build: every file stat'ed
+
+
 def _publish_tick(instance, cursor=None):
     from graphrag_pipeline.definitions import defs
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -55,6 +56,42 @@ def with_chunk_columns(df: pl.DataFrame) -> pl.DataFrame:
     """A chunk table in CHUNK_ROWS' columns; a table of an older home lacks the page columns: nulls."""
     missing = [pl.lit(None, dtype=CHUNK_ROWS[c]).alias(c) for c in _CHUNK_ADDED if c not in df.columns]
     return (df.with_columns(missing) if missing else df).select(list(CHUNK_ROWS)).cast(CHUNK_ROWS)
+
+
+class DocStats:
+    """The stats of documents' output files (see Store.joint_signatures) taken once by a build and
+    shared by its stages while `sharing_doc_stats` is on: the plan stats every document's outputs,
+    and the merge, in the same process moments later, asks again for the subgraph files (100,000
+    stats at 50,000 documents). A file a Store writes or removes is forgotten as it is written, so
+    the next ask stats it again; only files changed behind the Store's back while a build runs (which
+    holds the home's lock) go unseen, until the next build."""
+
+    def __init__(self) -> None:
+        self.enabled = 0
+        self.known: dict[str, str] = {}
+
+    def forget(self, paths: Iterable[Path | str]) -> None:
+        if self.enabled:
+            for path in paths:
+                self.known.pop(os.fspath(path), None)
+
+    def forget_all(self) -> None:
+        self.known.clear()
+
+
+DOC_STATS = DocStats()
+
+
+@contextmanager
+def sharing_doc_stats() -> Iterator[DocStats]:
+    """Turn DOC_STATS on for the duration (a build's; nested uses are fine); emptied at the end."""
+    DOC_STATS.enabled += 1
+    try:
+        yield DOC_STATS
+    finally:
+        DOC_STATS.enabled -= 1
+        if not DOC_STATS.enabled:
+            DOC_STATS.forget_all()
 
 
 READ_BATCH = 2000  # files DuckDB reads in one query when many documents' tables are read
@@ -154,9 +191,12 @@ class Store:
 
     def write_chunks(self, key: str, chunks: pl.DataFrame, info: dict) -> None:
         table, info_file = self._doc_file("chunks", key, ".parquet"), self._doc_file("chunks", key, ".json")
-        # a table without the page columns (a text document's, an older writer's) gets them as nulls
-        digest = write_parquet(with_chunk_columns(chunks), table, checksum=True)
-        write_json({**info, "checksums": {".parquet": digest}}, info_file)
+        try:
+            # a table without the page columns (a text document's, an older writer's) gets them as nulls
+            digest = write_parquet(with_chunk_columns(chunks), table, checksum=True)
+            write_json({**info, "checksums": {".parquet": digest}}, info_file)
+        finally:
+            DOC_STATS.forget((table, info_file))
 
     def chunk_info(self, key: str) -> dict | None:
         return read_json(self._doc_file("chunks", key, ".json"))
@@ -170,11 +210,14 @@ class Store:
             self._doc_file("doc_subgraph", key, ".relations.parquet"),
         )
         info_file = self._doc_file("doc_subgraph", key, ".json")
-        checksums = {
-            ".entities.parquet": write_parquet(entities, ents, checksum=True),
-            ".relations.parquet": write_parquet(relations, rels, checksum=True),
-        }
-        write_json({**info, "checksums": checksums}, info_file)
+        try:
+            checksums = {
+                ".entities.parquet": write_parquet(entities, ents, checksum=True),
+                ".relations.parquet": write_parquet(relations, rels, checksum=True),
+            }
+            write_json({**info, "checksums": checksums}, info_file)
+        finally:
+            DOC_STATS.forget((ents, rels, info_file))
 
     def subgraph_info(self, key: str) -> dict | None:
         return read_json(self._doc_file("doc_subgraph", key, ".json"))
@@ -293,11 +336,13 @@ class Store:
         self, keys: list[str], outputs: list[tuple[str, tuple[str, ...]]], tail: str = ""
     ) -> dict[str, str]:
         """Per document, its `signatures` of each (asset, suffixes) of `outputs` joined by "|", then
-        `tail`: what joining the results of one `signatures` call per asset gives, in one pass."""
+        `tail`: what joining the results of one `signatures` call per asset gives, in one pass. While
+        DOC_STATS is on, a file's stat taken earlier in the build is used again."""
         # plain strings: this runs for every document
         folders = [(os.fspath(self.paths.doc_dir(asset)) + os.sep, suffixes) for asset, suffixes in outputs]
         invalid = "|".join("invalid" for _ in outputs) + tail
         stat = os.stat
+        known = DOC_STATS.known if DOC_STATS.enabled else None
         out = {}
         for key in keys:
             if partition_key_problem(key) is not None:
@@ -308,12 +353,17 @@ class Store:
                 base = folder + key
                 sig = []
                 for suffix in suffixes:
-                    try:
-                        st = stat(base + suffix)
-                    except FileNotFoundError:
-                        sig.append("missing")
-                        continue
-                    sig.append(f"{st.st_size}:{st.st_mtime_ns}")
+                    path = base + suffix
+                    one = known.get(path) if known is not None else None
+                    if one is None:
+                        try:
+                            st = stat(path)
+                            one = f"{st.st_size}:{st.st_mtime_ns}"
+                        except FileNotFoundError:
+                            one = "missing"
+                        if known is not None:
+                            known[path] = one
+                    sig.append(one)
                 parts.append("/".join(sig))
             out[key] = "|".join(parts) + tail
         return out
@@ -354,6 +404,7 @@ class Store:
             orphans = names.filter(~pl.col("name").str.replace(suffix, "").is_in(live))["name"].to_list()
             for name in orphans:
                 (folder / name).unlink(missing_ok=True)
+                DOC_STATS.forget((folder / name,))
                 removed += 1
         return removed
 

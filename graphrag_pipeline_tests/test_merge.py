@@ -650,7 +650,7 @@ def test_metrics_and_splice_survive_keys_a_valid_graph_has_not():
     assert out.equals(pl.concat([prev, fresh]).sort("source_key", "target_key"))
 
 
-def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_superseded(tmp_path):
+def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_superseded(tmp_path, monkeypatch):
     """A build prefetches the merged graph (prefetch_graph: nodes and edges, each assembled from its
     slices) and the chunk shards (prefetch_paths) while it sets up its runs; the update of the
     merged graph then decodes neither nodes nor edges, gives the same graph as an update reading
@@ -693,6 +693,13 @@ def test_an_update_takes_the_prefetched_merged_graph_and_drops_it_once_supersede
         assert all(k in memo._tables for k in new)  # the new graph, as written, for the later stages
         assert not any(k in memo._tables for k in old)  # the superseded one is not kept
         assert memo.get_key(new[0]).equals(prefetched.nodes) and memo.get_key(new[1]).equals(prefetched.edges)
+        # the graphs linked to the merge's files count their edges from the memo (no footer read)
+        store.write_graph("knowledge_graph", prefetched.nodes, prefetched.edges, files=prefetched.files)
+        store.copy_graph("knowledge_graph", "resolved_graph")
+        with monkeypatch.context() as m:
+            m.setattr(pl, "scan_parquet", None)
+            assert store.graph_edge_count("resolved_graph") == prefetched.edges.height
+    assert store.graph_edge_count("resolved_graph") == prefetched.edges.height  # memo off: from the footers
     assert prefetched.nodes.equals(plain.nodes) and prefetched.edges.equals(plain.edges)
     assert "eve" in prefetched.nodes["key"].to_list() and not prefetched.full
     # the chunk shards, once written

@@ -205,6 +205,15 @@ def read_part(bundle: ParquetBundle, manifest: dict, part: str, columns: list[st
     return load_part(files, part, columns)
 
 
+def remembered_rows(part: str, files: list[Path]) -> int | None:
+    """The rows of `part` assembled from `files` when the table memo holds it, else None."""
+    if not TABLES.enabled or not files:
+        return None
+    key = memo_key(part, files)
+    known = TABLES.get_key(key) if key is not None else None
+    return known.height if known is not None else None
+
+
 def remember(bundle: ParquetBundle, manifest: dict, nodes: pl.DataFrame, edges: pl.DataFrame) -> None:
     """Keep `nodes` and `edges` in the table memo as what the bundle's files (just written) hold."""
     if not TABLES.enabled:

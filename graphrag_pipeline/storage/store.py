@@ -551,8 +551,11 @@ class Store:
         return [f for f in self._legacy_graph_files(name) if f.exists()]
 
     def graph_edge_count(self, name: str) -> int:
-        """The graph's number of edges (from the Parquet footers)."""
+        """The graph's number of edges (the table assembled in the memo, else the Parquet footers)."""
         files = [f for t, f in self.graph_table_files(name).items() if t == "edges" or t.startswith("edges-")]
+        known = sliced_graph.remembered_rows("edges", files)
+        if known is not None:
+            return known
         return sum(pl.scan_parquet(str(f)).select(pl.len()).collect().item() for f in files)
 
     def communities_file(self) -> Path:

@@ -197,7 +197,9 @@ def merge_changed(
     previous_edges = previous_edges.select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA)
     ends = previous_edges.select("source_key", "target_key").with_row_index("_i")
     hit = ends.filter(touching(renamed))["_i"]
-    paired = ends.join(pairs, on=["source_key", "target_key"], how="semi")["_i"]
+    # the pairs' source keys first (one column probed): the join then sees a few rows, not every edge
+    near = ends.filter(pl.col("source_key").is_in(pairs["source_key"].unique().implode()))
+    paired = near.join(pairs, on=["source_key", "target_key"], how="semi")["_i"]
     gone = np.union1d(hit.to_numpy(), paired.to_numpy()).astype(np.int64)
     added = of_pairs(fresh, pairs, renamed).select(list(EDGE_SCHEMA)).cast(EDGE_SCHEMA)
     if touched is not None:

@@ -215,6 +215,21 @@ def _both_ways(edges: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _leaving(edges: pl.DataFrame, keys: pl.Series) -> pl.DataFrame:
+    """The rows of _both_ways(edges) whose `a` is one of `keys` (an imploded Series), taken from
+    the edges touching them (both directions of every edge would copy 1.7M rows at 50k)."""
+    near = edges.filter(pl.col("source_key").is_in(keys) | pl.col("target_key").is_in(keys))
+    return _both_ways(near).filter(pl.col("a").is_in(keys))
+
+
+def _strongest(both: pl.DataFrame, k: int) -> pl.DataFrame:
+    """Per node `a` of `both` (rows a, b, w), its `k` first rows in _RANK order, in that order:
+    what sort(**_RANK) then group_by("a").head(k) give, with each node's rows ranked on their own
+    (a hub's 100,000 directions are not sorted with everyone else's: 0.26 -> 0.06 s at 50k)."""
+    top = both.group_by("a").agg(pl.col("b", "w").sort_by(["w", "b"], descending=[True, False]).head(k))
+    return top.explode(["b", "w"]).select(both.columns).sort(**_RANK)
+
+
 def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.DataFrame:
     """For each node, its 2-hop paths along its strongest edges, ranked (see NHOP_SCHEMA).
 
@@ -228,30 +243,18 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
     """
     if edges.height == 0:
         return pl.DataFrame(schema=NHOP_SCHEMA)
-    both = _both_ways(edges)
-    order = _RANK
+    # the best NHOP_MAX_SECOND + 1 edges of each neighbour suffice: excluding the way back drops at most one
     if only is None:
-        ranked = both.sort(**order)
+        ranked = _both_ways(edges).sort(**_RANK)
         first = ranked.group_by("a", maintain_order=True).head(NHOP_MAX_NEIGHBOURS)
-        ranked_next = ranked
+        onward = ranked.group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1)
     else:
-        wanted = pl.Series("a", list(only), dtype=pl.Utf8)
-        first = (
-            both.filter(pl.col("a").is_in(wanted.implode()))
-            .sort(**order)
-            .group_by("a", maintain_order=True)
-            .head(NHOP_MAX_NEIGHBOURS)
-        )
-        ranked_next = both.filter(pl.col("a").is_in(first["b"].unique().implode())).sort(**order)
+        # the directions leaving the wanted nodes, then those leaving their first hops, from the
+        # edges touching them; the first hops include hubs, whose edges are most of the graph
+        first = _strongest(_leaving(edges, pl.Series("a", list(only), dtype=pl.Utf8).implode()), NHOP_MAX_NEIGHBOURS)
+        onward = _strongest(_leaving(edges, first["b"].unique().implode()), NHOP_MAX_SECOND + 1)
     second = (
-        # the best NHOP_MAX_SECOND + 1 edges of each neighbour suffice: excluding the way back drops at most one
-        first.join(
-            ranked_next.group_by("a", maintain_order=True)
-            .head(NHOP_MAX_SECOND + 1)
-            .rename({"a": "b", "b": "c", "w": "w2"}),
-            on="b",
-            how="inner",
-        )
+        first.join(onward.rename({"a": "b", "b": "c", "w": "w2"}), on="b", how="inner")
         .filter(pl.col("c") != pl.col("a"))
         .sort(["a", "w", "b", "w2", "c"], descending=[False, True, False, True, False])
         .group_by(["a", "b"], maintain_order=True)
@@ -285,16 +288,6 @@ def nhop_paths(edges: pl.DataFrame, only: Iterable[str] | None = None) -> pl.Dat
 NHOP_ORDER_SQL = "entity_key, rank"
 
 
-def _ranked_ends(edges: pl.DataFrame, ends: pl.Series | None = None) -> pl.DataFrame:
-    """Both directions of every edge in nhop_paths' order (see _both_ways and _RANK); with `ends`
-    (an imploded Series of keys), only the directions leaving one of them (kept before the sort:
-    near a hub most rows leave other nodes)."""
-    both = _both_ways(edges)
-    if ends is not None:
-        both = both.filter(pl.col("a").is_in(ends))
-    return both.sort(**_RANK)
-
-
 def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterable[str] | None = None) -> set[str]:
     """The nodes whose n-hop paths may differ between two edge sets (columns source_key, target_key, weight).
 
@@ -325,7 +318,7 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterabl
 
     def second_hops(df: pl.DataFrame) -> dict[str, list]:
         ends = df.filter(pl.col("source_key").is_in(x) | pl.col("target_key").is_in(x))
-        top = _ranked_ends(ends, x).group_by("a", maintain_order=True).head(NHOP_MAX_SECOND + 1)
+        top = _strongest(_leaving(ends, x), NHOP_MAX_SECOND + 1)
         return {k: g["b"].to_list() for (k,), g in top.group_by("a", maintain_order=True)}
 
     before, after = second_hops(a), second_hops(b)
@@ -340,12 +333,7 @@ def nhop_affected(old_edges: pl.DataFrame, edges: pl.DataFrame, touched: Iterabl
         "c", sorted(set(near["source_key"].to_list()) | set(near["target_key"].to_list())), dtype=pl.Utf8
     ).implode()
     cand_edges = b.filter(pl.col("source_key").is_in(candidates) | pl.col("target_key").is_in(candidates))
-    first = (
-        _ranked_ends(cand_edges, candidates)
-        .group_by("a", maintain_order=True)
-        .head(NHOP_MAX_NEIGHBOURS)
-        .filter(pl.col("b").is_in(h))
-    )
+    first = _strongest(_leaving(cand_edges, candidates), NHOP_MAX_NEIGHBOURS).filter(pl.col("b").is_in(h))
     return touched | set(first["a"].to_list())
 
 

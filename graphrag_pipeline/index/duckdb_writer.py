@@ -78,6 +78,7 @@ from graphrag_pipeline.index.records import (
     nhop_affected,
     nhop_paths,
     row_hashes,
+    rows_with_keys,
     table_columns,
     with_hash,
     with_vectors,
@@ -508,7 +509,7 @@ def _diff_unique_by_hash(con, table: str, new: pl.DataFrame) -> pl.DataFrame | N
     )
     # a key only on one side of the changed rows is not among the other side's unchanged rows
     gone = out.filter(pl.col("new_rows").is_null()).select(keys)
-    if gone.height and new.select(keys).join(gone, on=keys, how="semi").height:
+    if gone.height and rows_with_keys(new.select(keys), gone, keys).height:
         return None
     added = out.filter(pl.col("old_rows").is_null()).select(keys)
     if added.height:
@@ -602,7 +603,7 @@ def _plan_table(con, table: str, new: pl.DataFrame, old_total: int, only: pl.Dat
         if single.height:
             old = _old_vectors(con, table, single)
             old = old.select(*keys, pl.Series("text", embed_texts(table, old), dtype=pl.Utf8), "embedding")
-            cur = new.join(single, on=keys, how="semi")
+            cur = rows_with_keys(new, single, keys)
             cur = cur.select(*keys, pl.Series("text", embed_texts(table, cur), dtype=pl.Utf8))
             same = cur.join(old, on=[*keys, "text"], how="inner")
             kept_vectors, kept = same.select("text", "embedding"), same.height
@@ -610,9 +611,7 @@ def _plan_table(con, table: str, new: pl.DataFrame, old_total: int, only: pl.Dat
     added = changed.filter(pl.col("old_rows").is_null())
     delete_keys = pl.concat([gone.select(keys), replaced.select(keys)])
     insert_keys = pl.concat([added.select(keys), replaced.select(keys)])
-    insert_rows = (
-        new.join(insert_keys, on=keys, how="semi", maintain_order="left") if insert_keys.height else new.clear()
-    )
+    insert_rows = rows_with_keys(new, insert_keys, keys) if insert_keys.height else new.clear()
     n_deleted = int(gone["old_rows"].sum() or 0) + int(replaced["old_rows"].sum() or 0)
     stats = TableDelta(inserted=insert_rows.height - kept, updated=kept, deleted=n_deleted - kept)
     if table == "ty2ents" and changed.height:  # rewritten whole (see _apply)

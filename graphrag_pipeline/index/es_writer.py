@@ -41,6 +41,7 @@ from graphrag_pipeline.index.records import (
     IndexTables,
     nhop_affected,
     nhop_paths,
+    rows_with_keys,
     with_hash,
     with_vectors,
 )
@@ -674,7 +675,7 @@ def stream_documents(
             want = want.select(
                 pl.col("key").alias(keys[0]), *([pl.col("key2").alias(keys[1])] if len(keys) > 1 else [])
             )
-            df = df.join(want, on=list(keys), how="semi", maintain_order="left")
+            df = rows_with_keys(df, want, keys)
         for offset in range(0, df.height, batch):
             part = with_vectors(table, df.slice(offset, batch), embedder)
             tables = {table: part}

@@ -117,6 +117,16 @@ class IndexTables:
         return getattr(self, name)
 
 
+def rows_with_keys(df: pl.DataFrame, wanted: pl.DataFrame, keys: Iterable[str]) -> pl.DataFrame:
+    """The rows of `df` whose `keys` are among `wanted`'s rows, in `df`'s order: a semi join, after
+    a filter on the first key column alone when the key has several (a few changed relations among
+    834k: one column probed, then a join of a few rows; the join of the whole table cost 0.07-0.4 s)."""
+    keys = list(keys)
+    if len(keys) > 1:
+        df = df.filter(pl.col(keys[0]).is_in(wanted[keys[0]].unique().implode()))
+    return df.join(wanted.select(keys), on=keys, how="semi", maintain_order="left")
+
+
 def row_hashes(df: pl.DataFrame, columns: Iterable[str]) -> pl.Series:
     """64-bit hashes of the rows' content: polars' own hash of the row as a struct, with a fixed seed
     (fields, list elements and list boundaries kept apart, doubles by their bits; as JSON first it

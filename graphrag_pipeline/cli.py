@@ -13,6 +13,7 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import fields
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from graphrag_pipeline import interrupts, progress
@@ -63,9 +64,6 @@ def _remote_pull(only: tuple[str, ...] | None = None, quiet: bool = False) -> No
         if not quiet:
             print(f"home {sync.url} (working copy {sync.scratch})", file=sys.stderr)
         sync.pull(only)
-        from graphrag_pipeline.storage.store import DOC_STATS
-
-        DOC_STATS.forget_all()  # the files a pull brings were not written through a Store
 
 
 def _remote_push() -> None:
@@ -792,7 +790,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     import dagster as dg
 
     from graphrag_pipeline.definitions import current_defs
-    from graphrag_pipeline.defs.instance_ops import recover_dead_runs, wait_for_pool
+    from graphrag_pipeline.defs.instance_ops import alone_since, recover_dead_runs, wait_for_pool
     from graphrag_pipeline.defs.partitions import (
         asset_key,
         change_partitions,
@@ -814,7 +812,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     )
     from graphrag_pipeline.storage.files import TABLES, clean_temp_files, read_json, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
-    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline.storage.store import DOC_STATS, Store
     from graphrag_pipeline.storage.verify import downstream_problems, working_file_problems
 
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
@@ -859,6 +857,9 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     for message in recover_dead_runs(instance):
         _say(f"recovered: {message}")
 
+    if not _REMOTE:  # (a remote home's steps pull files into the working copy themselves)
+        # the stages use the plan's stats of the documents' files while no other run can have written them
+        DOC_STATS.alone = alone_since(instance, datetime.now(UTC) - timedelta(seconds=1))
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     corpus_cache = paths.state_dir / "corpus-files.json"
     cached = read_json(corpus_cache, {}) if not (args.recluster or args.switch_method) else {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC
 
 import dagster as dg
 import pytest
@@ -210,25 +211,38 @@ def test_plan_cache_gives_the_same_plan_with_less_work(home, corpus, monkeypatch
     assert len(other.stale) == len(other.states)
 
 
-def test_a_build_stats_each_documents_files_once_and_again_after_it_writes_them(home, corpus, monkeypatch):
-    """While a build shares its stats (sharing_doc_stats), the merge's signatures of the subgraph
-    files come from the plan's stats; a file written through the Store is stat'ed again, and the
-    signatures are what a fresh stat gives."""
+def test_a_build_stats_each_documents_files_once_and_again_after_it_writes_them(home, corpus, instance, monkeypatch):
+    """While a build shares its stats (sharing_doc_stats, with its `alone` check), the merge's
+    signatures of the subgraph files come from the plan's stats; a file written through the Store
+    is stat'ed again, and the signatures are what a fresh stat gives. Once another run has been in
+    progress on the instance (the daemon's, the UI's: they may write documents' files), every file
+    is stat'ed again."""
     import os
+    from datetime import datetime, timedelta
 
+    from graphrag_pipeline.defs.instance_ops import alone_since, cli_run_tags
     from graphrag_pipeline.ingest import corpus_sync
     from graphrag_pipeline.storage.layout import Paths
-    from graphrag_pipeline.storage.store import Store, sharing_doc_stats
+    from graphrag_pipeline.storage.store import DOC_STATS, Store, sharing_doc_stats
     from graphrag_pipeline_tests.conftest import cli
 
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     store = Store(Paths(home))
     keys = sorted(p.name for p in corpus.iterdir())
+    inst = instance()
+
+    @dg.asset
+    def elsewhere() -> None:  # a run of another process
+        return None
+
     real_stat, stats = os.stat, []
     monkeypatch.setattr(os, "stat", lambda path, *a, **kw: stats.append(os.fspath(path)) or real_stat(path, *a, **kw))
     with sharing_doc_stats():
+        DOC_STATS.alone = alone_since(inst, datetime.now(UTC) - timedelta(seconds=1))
         corpus_sync.plan_sync(corpus, keys, store, "fast")
+        # a run of this build process does not count
+        assert dg.materialize([elsewhere], instance=inst, tags=cli_run_tags()).success
         stats.clear()
         assert store.subgraph_signatures(keys) and stats == []  # all taken from the plan's stats
         doc = keys[0]
@@ -239,9 +253,39 @@ def test_a_build_stats_each_documents_files_once_and_again_after_it_writes_them(
         folder = Paths(home).doc_dir("doc_subgraph")
         written = {os.fspath(folder / f"{doc}{x}") for x in (".entities.parquet", ".relations.parquet")}
         assert set(stats) == written
+        assert dg.materialize([elsewhere], instance=inst).success  # another process's run
+        stats.clear()
+        assert store.subgraph_signatures(keys) == shared and len(stats) == 2 * len(keys)
     stats.clear()
     fresh = store.subgraph_signatures(keys)
     assert shared == fresh and len(stats) == 2 * len(keys)  # off after the build: every file stat'ed
+    assert DOC_STATS.alone is None and not DOC_STATS.known
+
+
+def test_a_cli_build_alone_on_its_home_shares_its_stats(home, corpus, monkeypatch):
+    """The runs of a CLI build are its own: its `alone` check holds through the build, so the merge
+    uses the plan's stats (an update stats each document's files once)."""
+    from graphrag_pipeline.defs import instance_ops
+    from graphrag_pipeline_tests.conftest import cli
+
+    answers = []
+    real = instance_ops.alone_since
+
+    def spied(instance, since):
+        check = real(instance, since)
+        return lambda: answers.append(check()) or answers[-1]
+
+    monkeypatch.setattr(instance_ops, "alone_since", spied)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    doc = corpus / "darwin_and_wallace.txt"
+    doc.write_text(
+        doc.read_text(encoding="utf-8") + "\n\nCharles Darwin wrote to Alfred Wallace again.\n", encoding="utf-8"
+    )
+    answers.clear()
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    assert answers and all(answers)  # asked by the merge and the index's chunk reader, never refused
 
 
 def _publish_tick(instance, cursor=None):

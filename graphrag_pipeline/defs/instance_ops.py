@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
+from datetime import datetime
 
 import dagster as dg
 
@@ -30,6 +32,24 @@ def cli_run_tags() -> dict[str, str]:
     from graphrag_pipeline.settings import knowledge_base
 
     return {CLI_TAG: "build", PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(), KB_TAG: knowledge_base()}
+
+
+def alone_since(instance: dg.DagsterInstance, since: datetime) -> Callable[[], bool]:
+    """A check for storage.store.DocStats: whether no run but this build process's own has been in
+    progress on `instance` since `since` (a run of the daemon or of the UI may have written
+    documents' files meanwhile; the build lock keeps out only other builds)."""
+    pid, host = str(os.getpid()), socket.gethostname()
+
+    def own(run: dg.DagsterRun) -> bool:
+        tags = run.tags
+        return tags.get(CLI_TAG) == "build" and tags.get(PID_TAG) == pid and tags.get(HOST_TAG) == host
+
+    def check() -> bool:
+        recent = instance.get_runs(filters=dg.RunsFilter(updated_after=since))
+        running = instance.get_runs(filters=dg.RunsFilter(statuses=_IN_PROGRESS))
+        return all(own(run) for run in (*recent, *running))
+
+    return check
 
 
 def _alive(pid: int) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
@@ -63,12 +63,29 @@ class DocStats:
     shared by its stages while `sharing_doc_stats` is on: the plan stats every document's outputs,
     and the merge, in the same process moments later, asks again for the subgraph files (100,000
     stats at 50,000 documents). A file a Store writes or removes is forgotten as it is written, so
-    the next ask stats it again; only files changed behind the Store's back while a build runs (which
-    holds the home's lock) go unseen, until the next build."""
+    the next ask stats it again. Files another process writes (a run of the daemon or of the UI on
+    the same home: the build lock keeps out only other builds) are not seen that way: `alone`, set
+    by the build, says whether any other run has been in progress since the stats were taken; when
+    one has, or when `alone` cannot tell, every file is stat'ed again, as without sharing."""
 
     def __init__(self) -> None:
         self.enabled = 0
         self.known: dict[str, str] = {}
+        self.alone: Callable[[], bool] | None = None
+
+    def usable(self) -> dict[str, str] | None:
+        """The stats to use and fill (None: sharing is off); emptied first when another run may
+        have written files since they were taken."""
+        if not self.enabled:
+            return None
+        if self.known:
+            try:
+                alone = self.alone is not None and self.alone()
+            except Exception:  # noqa: BLE001 - the instance cannot tell: stat everything again
+                alone = False
+            if not alone:
+                self.known.clear()
+        return self.known
 
     def forget(self, paths: Iterable[Path | str]) -> None:
         if self.enabled:
@@ -84,7 +101,8 @@ DOC_STATS = DocStats()
 
 @contextmanager
 def sharing_doc_stats() -> Iterator[DocStats]:
-    """Turn DOC_STATS on for the duration (a build's; nested uses are fine); emptied at the end."""
+    """Turn DOC_STATS on for the duration (a build's); its stats are used only once the build sets
+    its `alone` check (see DocStats). Emptied and off at the end."""
     DOC_STATS.enabled += 1
     try:
         yield DOC_STATS
@@ -92,6 +110,7 @@ def sharing_doc_stats() -> Iterator[DocStats]:
         DOC_STATS.enabled -= 1
         if not DOC_STATS.enabled:
             DOC_STATS.forget_all()
+            DOC_STATS.alone = None
 
 
 READ_BATCH = 2000  # files DuckDB reads in one query when many documents' tables are read
@@ -342,7 +361,7 @@ class Store:
         folders = [(os.fspath(self.paths.doc_dir(asset)) + os.sep, suffixes) for asset, suffixes in outputs]
         invalid = "|".join("invalid" for _ in outputs) + tail
         stat = os.stat
-        known = DOC_STATS.known if DOC_STATS.enabled else None
+        known = DOC_STATS.usable()
         out = {}
         for key in keys:
             if partition_key_problem(key) is not None:

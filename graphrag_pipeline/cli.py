@@ -796,6 +796,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         change_partitions,
         community_partitions,
         documents_partitions,
+        list_partition_keys_quickly,
         loaded_for_current_kb,
         op_name,
     )
@@ -844,6 +845,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     instance = dg.DagsterInstance.get()
+    list_partition_keys_quickly(instance)  # the runs in this process list 50,000 documents some 15 times
     _say(f"graphrag-pipeline build: corpus {corpus}, method {method}, home {paths.home}")
     _say(describe_instance(instance) + f"; knowledge base {knowledge_base()}")
     if _CHOSEN_INSTANCE.get("source") != PRIVATE_INSTANCE and knowledge_base() == DEFAULT_KB:

@@ -446,3 +446,33 @@ def test_publish_sensor_requests_a_failed_publish_again_then_gives_up(home, corp
     assert publish_job.execute_in_process(instance=inst, tags=again.tags).success
     done = _publish_tick(inst, _publish_tick(inst, gave_up.cursor).cursor)
     assert not done.run_requests
+
+
+def test_a_builds_quick_partition_listing_gives_what_dagster_lists(tmp_path):
+    """The CLI build's instance lists partition keys with its own query (list_partition_keys_quickly):
+    the same keys in the same order as Dagster's listing, through adds and deletes made by this
+    instance or by another one (another process), the newest key's row id taken again included."""
+    from graphrag_pipeline.defs.partitions import change_partitions, documents_partitions, list_partition_keys_quickly
+
+    name = documents_partitions.name
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as build, dg.instance_for_test(temp_dir=str(tmp_path)) as other:
+        assert list_partition_keys_quickly(build)
+        assert build.get_dynamic_partitions != other.get_dynamic_partitions
+        assert build.get_dynamic_partitions(name) == []
+
+        def same(expected: list[str]) -> None:
+            assert build.get_dynamic_partitions(name) == other.get_dynamic_partitions(name) == expected
+
+        change_partitions(build, documents_partitions, add=["b.txt", "a.txt", "c/d.txt"])
+        same(["b.txt", "a.txt", "c/d.txt"])
+        other.add_dynamic_partitions(name, ["e.txt"])
+        other.delete_dynamic_partition(name, "a.txt")
+        same(["b.txt", "c/d.txt", "e.txt"])
+        other.delete_dynamic_partition(name, "e.txt")  # the newest: its row id is taken again
+        other.add_dynamic_partitions(name, ["f.txt"])
+        same(["b.txt", "c/d.txt", "f.txt"])
+        change_partitions(build, documents_partitions, delete=["b.txt", "f.txt"])
+        same(["c/d.txt"])
+        other.add_dynamic_partitions("another", ["x"])
+        assert build.get_dynamic_partitions("another") == ["x"]
+        assert build.get_dynamic_partitions(name) == ["c/d.txt"]

@@ -49,6 +49,35 @@ def document_keys(instance) -> list[str]:
     return [k for k in instance.get_dynamic_partitions(documents_partitions.name) if partition_key_problem(k) is None]
 
 
+def list_partition_keys_quickly(instance) -> bool:
+    """Make `instance` (this object only) list dynamic partition keys with one column fetched as
+    scalars: the same query and order as Dagster's `get_dynamic_partitions`, which fetches rows of
+    two columns (45 against 80-250 ms at 50,000 partitions). A build lists the 50,000 `documents`
+    keys some 15 times (Dagster itself, for the data version of every step whose input is all of
+    them; the stages; the plan). False (nothing changed) on an instance whose partitions are not in
+    an SQL event log storage."""
+    try:
+        import sqlalchemy as db
+        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+        from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    except ImportError:
+        return False
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqlEventLogStorage) or not storage.has_table("dynamic_partitions"):
+        return False
+    table = DynamicPartitionsTable
+
+    def get_dynamic_partitions(partitions_def_name: str) -> list[str]:
+        query = (
+            db.select(table.c.partition).where(table.c.partitions_def_name == partitions_def_name).order_by(table.c.id)
+        )
+        with storage.index_connection() as conn:
+            return list(conn.execute(query).scalars())
+
+    instance.get_dynamic_partitions = get_dynamic_partitions
+    return True
+
+
 def change_partitions(instance, partitions_def: dg.DynamicPartitionsDefinition, add=(), delete=()) -> None:
     """Add the keys ``add`` (in their order: the order partitions are listed and ranged in) to a
     dynamic partitions definition, then delete the keys ``delete``."""

@@ -878,3 +878,30 @@ def test_a_prefetch_that_dies_or_finds_the_memo_full_leaves_no_reader_waiting_an
             assert read_parquet(files[2], remember=True).height == 3000  # left to its reader
     finally:
         TABLES.max_tables, TABLES.max_bytes = saved
+
+
+def test_the_orphan_sweep_lists_the_documents_files_again_only_when_the_documents_changed(tmp_path, monkeypatch):
+    import time
+
+    from graphrag_pipeline.storage import store as store_module
+
+    store = Store(Paths(tmp_path).ensure())
+    folder = store.paths.doc_dir("chunks")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("a.txt.parquet", "gone.md.parquet"):
+        (folder / name).write_text("x")
+    assert store.sweep_orphans({"a.txt"}) == 1
+    (folder / "stray.md.parquet").write_text("x")  # written for no partition, by a racing run
+    assert store.sweep_orphans({"a.txt"}) is None  # the same documents: nothing listed
+    assert (folder / "stray.md.parquet").exists()
+    assert store.sweep_orphans({"a.txt", "b.txt"}) == 1  # other documents: swept
+    assert sorted(os.listdir(folder)) == ["a.txt.parquet"]
+    (folder / "stray.md.parquet").write_text("x")
+    assert store.sweep_orphans({"a.txt", "b.txt"}) is None
+    now = time.time()
+    monkeypatch.setattr(store_module.time, "time", lambda: now + store_module.ORPHAN_SWEEP_MAX_AGE + 1)
+    assert store.sweep_orphans({"a.txt", "b.txt"}) == 1  # a day on: swept whatever the documents
+    (folder / "stray.md.parquet").write_text("x")
+    (store.paths.graph_dir / f"{store_module.ORPHAN_SWEEP_STATE}.json").write_text("{not json")
+    assert store.sweep_orphans({"a.txt", "b.txt"}) == 1  # a damaged record: swept
+    assert store.sweep_orphans({"a.txt", "b.txt"}) is None

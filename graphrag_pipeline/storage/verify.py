@@ -35,11 +35,16 @@ def _graph_files(paths) -> list[Path]:
 
 
 # The graph stages' working files: bundles of tables under a manifest (the merge's mention rows,
-# the chunk shards, the clustering's state) and caches (resolution verdicts, report sources). A
-# stage rebuilds one that is missing from the documents' outputs and the graph; removing a damaged
-# one (a bundle: its manifest) is its repair.
+# the chunk shards, the clustering's state) and caches (resolution verdicts, the last orphan sweep,
+# report sources). A stage rebuilds one that is missing from the documents' outputs and the graph;
+# removing a damaged one (a bundle: its manifest) is its repair.
 _BUNDLES = ("mentions", "chunks", "communities-state")
-_CACHES = ("resolution.json", "report-sources.search_index.parquet", "report-sources.search_index.paths.parquet")
+_CACHES = (
+    "resolution.json",
+    "orphan-sweep.json",
+    "report-sources.search_index.parquet",
+    "report-sources.search_index.paths.parquet",
+)
 
 
 def _parquet_problem(path: Path, full: bool) -> str | None:

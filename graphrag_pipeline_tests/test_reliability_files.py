@@ -905,3 +905,45 @@ def test_the_orphan_sweep_lists_the_documents_files_again_only_when_the_document
     (store.paths.graph_dir / f"{store_module.ORPHAN_SWEEP_STATE}.json").write_text("{not json")
     assert store.sweep_orphans({"a.txt", "b.txt"}) == 1  # a damaged record: swept
     assert store.sweep_orphans({"a.txt", "b.txt"}) is None
+
+
+def test_a_builds_check_reads_only_the_graph_tables_written_since_it_last_found_them_whole(tmp_path, monkeypatch):
+    """downstream_problems opens a graph table again only when it changed since an earlier check
+    found it whole (VERIFIED_GRAPH_FILES): a table damaged since, or written anew, is read."""
+    from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
+    from graphrag_pipeline.storage import verify
+
+    paths = Paths(tmp_path / "home")
+    store = Store(paths)
+    nodes = pl.DataFrame({"key": ["a", "b"], "name": ["A", "B"]})
+    edges = pl.DataFrame({"source_key": ["a"], "target_key": ["b"], "weight": [1.0]})
+    nodes = pl.DataFrame({c: nodes[c] if c in nodes.columns else None for c in NODE_SCHEMA}).cast(NODE_SCHEMA)
+    edges = pl.DataFrame({c: edges[c] if c in edges.columns else None for c in EDGE_SCHEMA}).cast(EDGE_SCHEMA)
+    store.write_graph("knowledge_graph", nodes, edges)
+    store.copy_graph("knowledge_graph", "resolved_graph")
+    pl.DataFrame({"community_id": ["c1"]}).write_parquet(paths.graph_dir / "communities.parquet")
+    opened: list[str] = []
+    real = verify.verify_parquet
+    monkeypatch.setattr(verify, "verify_parquet", lambda f: opened.append(Path(f).name) or real(f))
+    assert verify.downstream_problems(paths, store, []) == []
+    tables = [f.name for f in verify._graph_files(paths) if f.suffix == ".parquet"]
+    assert len(opened) == 4 and set(opened) <= set(tables)  # the resolved graph's links: read once
+    opened.clear()
+    assert verify.downstream_problems(paths, store, []) == []
+    assert opened == []
+    edge_slice = next(f for f in store.graph_files("knowledge_graph") if ".edges-" in f.name)
+    edge_slice.write_bytes(edge_slice.read_bytes()[:-20])  # damaged in place
+    problems = verify.downstream_problems(paths, store, [])
+    assert opened == [edge_slice.name] and any(str(edge_slice) in p and "truncated" in p for p in problems)
+    opened.clear()
+    assert verify.downstream_problems(paths, store, []) == problems  # not taken for whole: read again
+    assert opened == [edge_slice.name]
+    store.write_graph("knowledge_graph", nodes, edges.with_columns(pl.lit(2.0).alias("weight")))
+    store.copy_graph("knowledge_graph", "resolved_graph")  # written anew: read
+    opened.clear()
+    assert verify.downstream_problems(paths, store, []) == []
+    assert edge_slice.name not in opened and any(".edges-" in name for name in opened)
+    opened.clear()
+    (paths.state_dir / verify.VERIFIED_GRAPH_FILES).write_text("[not a record")
+    assert verify.downstream_problems(paths, store, []) == []  # a damaged record: every table read
+    assert len(opened) == 4

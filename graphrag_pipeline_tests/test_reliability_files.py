@@ -905,11 +905,19 @@ def test_the_orphan_sweep_lists_the_documents_files_again_only_when_the_document
     (store.paths.graph_dir / f"{store_module.ORPHAN_SWEEP_STATE}.json").write_text("{not json")
     assert store.sweep_orphans({"a.txt", "b.txt"}) == 1  # a damaged record: swept
     assert store.sweep_orphans({"a.txt", "b.txt"}) is None
+    for damaged in ("[]", '{"documents": 5, "at": "soon"}'):
+        (store.paths.graph_dir / f"{store_module.ORPHAN_SWEEP_STATE}.json").write_text(damaged)
+        assert store.sweep_orphans({"a.txt", "b.txt"}) == 0
+    monkeypatch.setattr(store_module.time, "time", lambda: now)  # the clock set back: swept
+    assert store.sweep_orphans({"a.txt", "b.txt"}) == 0
+    assert store.sweep_orphans({"a.txt", "b.txt"}) is None
 
 
 def test_a_builds_check_reads_only_the_graph_tables_written_since_it_last_found_them_whole(tmp_path, monkeypatch):
-    """downstream_problems opens a graph table again only when it changed since an earlier check
-    found it whole (VERIFIED_GRAPH_FILES): a table damaged since, or written anew, is read."""
+    """downstream_problems decodes a graph table's footer again only when the table changed since an
+    earlier check found it whole (VERIFIED_GRAPH_FILES); of the others it reads the ends. A table
+    damaged since (in place, its size and modification time put back too), or written anew, is
+    read whole; one damaged without its identity changing (blocks zeroed by a crash) fails at its ends."""
     from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
     from graphrag_pipeline.storage import verify
 
@@ -922,28 +930,52 @@ def test_a_builds_check_reads_only_the_graph_tables_written_since_it_last_found_
     store.write_graph("knowledge_graph", nodes, edges)
     store.copy_graph("knowledge_graph", "resolved_graph")
     pl.DataFrame({"community_id": ["c1"]}).write_parquet(paths.graph_dir / "communities.parquet")
-    opened: list[str] = []
+    decoded: list[str] = []
+    ends: list[str] = []
     real = verify.verify_parquet
-    monkeypatch.setattr(verify, "verify_parquet", lambda f: opened.append(Path(f).name) or real(f))
+
+    def counted(f, footer=True):
+        (decoded if footer else ends).append(Path(f).name)
+        return real(f, footer=footer)
+
+    monkeypatch.setattr(verify, "verify_parquet", counted)
+    record = paths.state_dir / verify.VERIFIED_GRAPH_FILES
     assert verify.downstream_problems(paths, store, []) == []
     tables = [f.name for f in verify._graph_files(paths) if f.suffix == ".parquet"]
-    assert len(opened) == 4 and set(opened) <= set(tables)  # the resolved graph's links: read once
-    opened.clear()
+    assert len(decoded) == 4 and set(decoded) <= set(tables) and ends == []  # the links: read once
+    decoded.clear()
     assert verify.downstream_problems(paths, store, []) == []
-    assert opened == []
+    assert decoded == [] and len(ends) == 4
     edge_slice = next(f for f in store.graph_files("knowledge_graph") if ".edges-" in f.name)
-    edge_slice.write_bytes(edge_slice.read_bytes()[:-20])  # damaged in place
+    before = os.stat(edge_slice)
+    data = bytearray(edge_slice.read_bytes())
+    data[-12:-8] = b"\xff\xff\xff\x7f"  # the footer's length, same size
+    edge_slice.write_bytes(bytes(data))
+    os.utime(edge_slice, ns=(before.st_atime_ns, before.st_mtime_ns))  # only the status change time tells
+    decoded.clear()
     problems = verify.downstream_problems(paths, store, [])
-    assert opened == [edge_slice.name] and any(str(edge_slice) in p and "truncated" in p for p in problems)
-    opened.clear()
+    assert decoded == [edge_slice.name] and any(str(edge_slice) in p and "footer" in p for p in problems)
+    decoded.clear()
     assert verify.downstream_problems(paths, store, []) == problems  # not taken for whole: read again
-    assert opened == [edge_slice.name]
+    assert decoded == [edge_slice.name]
     store.write_graph("knowledge_graph", nodes, edges.with_columns(pl.lit(2.0).alias("weight")))
     store.copy_graph("knowledge_graph", "resolved_graph")  # written anew: read
-    opened.clear()
+    decoded.clear()
     assert verify.downstream_problems(paths, store, []) == []
-    assert edge_slice.name not in opened and any(".edges-" in name for name in opened)
-    opened.clear()
-    (paths.state_dir / verify.VERIFIED_GRAPH_FILES).write_text("[not a record")
-    assert verify.downstream_problems(paths, store, []) == []  # a damaged record: every table read
-    assert len(opened) == 4
+    assert edge_slice.name not in decoded and any(".edges-" in name for name in decoded)
+    # blocks zeroed after a crash, the record still matching the file: its ends fail
+    new_slice = next(f for f in store.graph_files("knowledge_graph") if ".edges-" in f.name)
+    new_slice.write_bytes(bytes(new_slice.stat().st_size))
+    recorded = read_json(record)
+    recorded[new_slice.name] = verify._identity(os.stat(new_slice))
+    record.write_text(json.dumps(recorded))
+    decoded.clear()
+    problems = verify.downstream_problems(paths, store, [])
+    assert new_slice.name not in decoded and any(str(new_slice) in p for p in problems)
+    store.write_graph("knowledge_graph", nodes, edges)
+    store.copy_graph("knowledge_graph", "resolved_graph")
+    for damaged in ("[not a record", "[]", '{"x": 1}'):
+        record.write_text(damaged)
+        decoded.clear()
+        assert verify.downstream_problems(paths, store, []) == []  # a damaged record: every table decoded
+        assert len(decoded) == 4

@@ -196,8 +196,9 @@ def copy_file(source: Path, target: Path) -> None:
 _PARQUET_MAGIC = b"PAR1"
 
 
-def verify_parquet(path: Path) -> None:
-    """Check that `path` is a whole Parquet file by reading only its ends and its footer (cheap).
+def verify_parquet(path: Path, footer: bool = True) -> None:
+    """Check that `path` is a whole Parquet file by reading only its ends and its footer (cheap);
+    not `footer`: its ends only (the markers and the footer's length, no decoding).
 
     Raises DamagedFileError (naming the file) when it is truncated or its footer cannot be decoded,
     FileNotFoundError when it is missing. A change in the middle of the file is not seen here: the
@@ -225,6 +226,8 @@ def verify_parquet(path: Path) -> None:
             f"metadata, the file has {size:,})",
             path,
         )
+    if not footer:
+        return
     try:
         pl.read_parquet_schema(path)
     except pl.exceptions.PolarsError as exc:

@@ -439,8 +439,11 @@ class Store:
         day old; else None (nothing listed). The sweep lists every file of every document (250,000
         names at 50,000 documents, 0.3 s) and a document's files are orphaned when its partition is
         deleted, which changes the documents. Files written for a deleted partition by a run racing
-        the deletion are swept by a later sweep (at the latest the first one a day on)."""
-        digest = hashlib.blake2b("\0".join(sorted(live_keys)).encode(), digest_size=16).hexdigest()
+        the deletion stay until a later sweep: the next one after the documents change again or a day
+        on (`verify`, which finds documents by their info files, may name them until then)."""
+        # (the tables' suffixes too: a version that names a document's files otherwise sweeps at once)
+        listed = "\0".join([repr(sorted(DOC_TABLES.items())), *sorted(live_keys)])
+        digest = hashlib.blake2b(listed.encode(), digest_size=16).hexdigest()
         try:
             last = self.read_state(ORPHAN_SWEEP_STATE)
             recent = 0 <= time.time() - float(last.get("at") or 0) < ORPHAN_SWEEP_MAX_AGE
@@ -449,7 +452,10 @@ class Store:
         except (OSError, ValueError, TypeError, AttributeError):  # a damaged record: swept again
             pass
         removed = self.remove_orphans(live_keys)
-        self.write_state(ORPHAN_SWEEP_STATE, {"documents": digest, "at": time.time(), "removed": removed})
+        try:
+            self.write_state(ORPHAN_SWEEP_STATE, {"documents": digest, "at": time.time(), "removed": removed})
+        except OSError:  # (a record not written: the next call sweeps again)
+            pass
         return removed
 
     # -- whole graph ----------------------------------------------------------------------------

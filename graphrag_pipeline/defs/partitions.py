@@ -49,6 +49,20 @@ def document_keys(instance) -> list[str]:
     return [k for k in instance.get_dynamic_partitions(documents_partitions.name) if partition_key_problem(k) is None]
 
 
+def _sql_partitions(instance) -> tuple | None:
+    """(storage, table): the instance's SQL event log storage and its `dynamic_partitions` table, which
+    this module queries directly; None on any other storage (Dagster's own methods are used)."""
+    try:
+        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+        from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    except ImportError:
+        return None
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqlEventLogStorage) or not storage.has_table("dynamic_partitions"):
+        return None
+    return storage, DynamicPartitionsTable
+
+
 def list_partition_keys_quickly(instance) -> bool:
     """Make `instance` (this object only) list dynamic partition keys with one column fetched as
     scalars: the same query and order as Dagster's `get_dynamic_partitions`, which fetches rows of
@@ -56,16 +70,12 @@ def list_partition_keys_quickly(instance) -> bool:
     keys some 15 times (Dagster itself, for the data version of every step whose input is all of
     them; the stages; the plan). False (nothing changed) on an instance whose partitions are not in
     an SQL event log storage."""
-    try:
-        import sqlalchemy as db
-        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
-        from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
-    except ImportError:
+    import sqlalchemy as db
+
+    found = _sql_partitions(instance)
+    if found is None:
         return False
-    storage = instance.event_log_storage
-    if not isinstance(storage, SqlEventLogStorage) or not storage.has_table("dynamic_partitions"):
-        return False
-    table = DynamicPartitionsTable
+    storage, table = found
 
     def get_dynamic_partitions(partitions_def_name: str) -> list[str]:
         query = (
@@ -96,15 +106,10 @@ def _delete_at_once(instance, name: str, keys: list[str]) -> bool:
     (SQLite, Postgres, MySQL: the statement `delete_dynamic_partition` runs once per key, each in its
     own transaction - 60 retired communities cost 0.6 s). False (nothing done) on any other
     storage, which deletes them one by one."""
-    storage = instance.event_log_storage
-    try:
-        from dagster._core.storage.event_log.schema import DynamicPartitionsTable
-        from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
-    except ImportError:
+    found = _sql_partitions(instance)
+    if found is None:
         return False
-    if not isinstance(storage, SqlEventLogStorage) or not storage.has_table("dynamic_partitions"):
-        return False
-    table = DynamicPartitionsTable
+    storage, table = found
     with storage.index_connection() as conn:
         for start in range(0, len(keys), 500):  # bounded statements (SQLite's variable limit)
             conn.execute(

@@ -129,6 +129,36 @@ def test_documents_not_processed_yet_and_empty_documents_are_not_errors(home, co
     assert meta["knowledge_graph"]["entities"].value == stats["entities"]
 
 
+def test_the_graph_and_index_ask_which_documents_are_unprocessed_only_when_files_are_missing(
+    home, corpus, built, monkeypatch
+):
+    """Listing an asset's materialized partitions groups every materialization event of it (a
+    cost that grows with the corpus and its history): the merge and the index ask it only for a
+    document whose files are missing, never in an ordinary update."""
+    inst, stats = built
+    asked: list[str] = []
+    listing = dg.DagsterInstance.get_materialized_partitions
+
+    def counted(self, asset_key, *args, **kwargs):
+        asked.append(asset_key.path[-1])
+        return listing(self, asset_key, *args, **kwargs)
+
+    monkeypatch.setattr(dg.DagsterInstance, "get_materialized_partitions", counted)
+    doc = corpus / "darwin_and_wallace.txt"
+    doc.write_text(doc.read_text() + "\n\nAlfred Russel Wallace wrote to Charles Darwin from Ternate in 1858.\n")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    assert "1 to process" in out
+    assert "doc_subgraph" not in asked and "chunks" not in asked, asked
+    assert cli_json("stats", "--json")["documents"] == stats["documents"]
+
+    # a document whose subgraph files are missing: the merge asks, and finds it extracted (an error)
+    (home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.relations.parquet").unlink()
+    result = _run("graph_job", inst)
+    assert not result.success and "darwin_and_wallace.txt" in _failure(result, "knowledge_graph")
+    assert "doc_subgraph" in asked
+
+
 def test_readers_of_many_documents_name_what_is_missing(tmp_path):
     from graphrag_pipeline.storage.layout import Paths
     from graphrag_pipeline.storage.store import MissingInputError, Store

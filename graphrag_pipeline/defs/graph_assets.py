@@ -16,12 +16,12 @@ from graphrag_pipeline.defs.llm_step import StepLLM, endpoint_down_fails_the_ste
 from graphrag_pipeline.defs.metadata import OWNERS, add_partition_metadata, md_table, table_schema, versioned
 from graphrag_pipeline.defs.partitions import (
     KEY_PREFIX,
+    NotMaterialized,
     asset_key,
     change_partitions,
     community_partitions,
     document_keys,
     missing_inputs_failure,
-    not_materialized,
 )
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
@@ -70,7 +70,8 @@ def knowledge_graph(
     store = settings.store()
     keys = document_keys(context.instance)
     # a document not extracted yet may have no subgraph; every extracted one must have its files
-    pending = not_materialized(context.instance, "doc_subgraph", keys)
+    # (which documents are not extracted is asked of the instance only when files are missing)
+    pending = NotMaterialized(context.instance, "doc_subgraph", keys)
     try:
         merged = update_merged_graph(store, keys, optional=pending)
     except MissingInputError as exc:
@@ -104,7 +105,8 @@ def knowledge_graph(
     return dg.MaterializeResult(
         metadata={
             "documents": len(keys),
-            "documents_not_extracted": len(pending),
+            # counted when a document's subgraph files were missing (else 0: every document had them)
+            "documents_not_extracted": len(pending) if pending.asked else 0,
             "entities": nodes.height,
             "relations": edges.height,
             "dagster/row_count": nodes.height,

@@ -11,7 +11,7 @@ import polars as pl
 from graphrag_pipeline.defs import document_assets, graph_assets
 from graphrag_pipeline.defs.llm_step import StepLLM, endpoint_down_fails_the_step, llm_metadata
 from graphrag_pipeline.defs.metadata import OWNERS, md_table
-from graphrag_pipeline.defs.partitions import KEY_PREFIX, document_keys, missing_inputs_failure, not_materialized
+from graphrag_pipeline.defs.partitions import KEY_PREFIX, NotMaterialized, document_keys, missing_inputs_failure
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
 from graphrag_pipeline.graph.mentions import all_chunks
@@ -59,7 +59,7 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     the asset's memo of report sources; and the store (to write the memo back)."""
     store = settings.store()
     doc_keys = document_keys(context.instance)
-    optional = not_materialized(context.instance, "chunks", doc_keys)
+    optional = NotMaterialized(context.instance, "chunks", doc_keys)  # asked only when chunk files are missing
     # the chunks are read beside the graph (polars decodes without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-chunks") as pool:
         # a document not chunked yet may have no chunk files; every chunked one must have them

@@ -7,6 +7,8 @@ theirs), any other gets `documents__<kb>` and `communities__<kb>`, so two homes 
 instance never add, list or delete each other's partitions.
 """
 
+from collections.abc import Collection, Iterator
+
 import dagster as dg
 
 from graphrag_pipeline.settings import DEFAULT_KB, kb_scoped, knowledge_base
@@ -125,6 +127,35 @@ def not_materialized(instance, asset: str, keys: list[str]) -> set[str]:
     yet, whose outputs may be absent. Every other key's outputs must be there."""
     done = instance.get_materialized_partitions(asset_key(asset))
     return {k for k in keys if k not in done}
+
+
+class NotMaterialized(Collection[str]):
+    """`not_materialized(instance, asset, keys)`, asked of the instance only when first used: the
+    readers of every document's outputs look at it only for a document whose files are missing,
+    and listing the materialized partitions groups every materialization event of the asset (0.1 s
+    and more at 50,000 documents, more with each update)."""
+
+    def __init__(self, instance, asset: str, keys: list[str]):
+        self._ask = lambda: not_materialized(instance, asset, keys)
+        self._keys: set[str] | None = None
+
+    @property
+    def asked(self) -> bool:
+        return self._keys is not None
+
+    def _value(self) -> set[str]:
+        if self._keys is None:
+            self._keys = self._ask()
+        return self._keys
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._value()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
 
 
 def missing_inputs_failure(exc, reader: str) -> dg.Failure:

@@ -330,17 +330,17 @@ class Store:
         skipped as unreadable or empty has empty tables). A document in `optional` (not
         materialized yet, so it may have no output at all) gives the files it has."""
         suffixes = DOC_TABLES[asset]
-        optional = optional if isinstance(optional, (set, frozenset, dict)) else set(optional)
+        # (asked only of a document with a file missing: `optional` may be costly to compute)
+        if not isinstance(optional, (set, frozenset, dict)) and isinstance(optional, (list, tuple)):
+            optional = set(optional)
         out: tuple[list[Path], ...] = tuple([] for _ in suffixes)
         missing: dict[str, list[Path]] = {}
         for key in self._valid(keys):
             tables = [self._doc_file(asset, key, suffix) for suffix in suffixes]
             present = [t.exists() for t in tables]
-            if key not in optional:
-                lost = [t for t, ok in zip(tables, present) if not ok]
-                if lost:
-                    missing[key] = lost
-                    continue
+            if not all(present) and key not in optional:
+                missing[key] = [t for t, ok in zip(tables, present) if not ok]
+                continue
             for files, table, ok in zip(out, tables, present):
                 if ok:
                     files.append(table)

@@ -127,6 +127,11 @@ def test_documents_not_processed_yet_and_empty_documents_are_not_errors(home, co
     meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
     assert meta["knowledge_graph"]["documents_not_extracted"].value == 1
     assert meta["knowledge_graph"]["entities"].value == stats["entities"]
+    # and still counted by the next merge, which reads no document (none of them changed)
+    result = _run("graph_job", inst)
+    assert result.success
+    meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
+    assert meta["knowledge_graph"]["documents_not_extracted"].value == 1
 
 
 def test_the_graph_and_index_ask_which_documents_are_unprocessed_only_when_files_are_missing(

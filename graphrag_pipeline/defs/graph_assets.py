@@ -105,8 +105,9 @@ def knowledge_graph(
     return dg.MaterializeResult(
         metadata={
             "documents": len(keys),
-            # counted when a document's subgraph files were missing (else 0: every document had them)
-            "documents_not_extracted": len(pending) if pending.asked else 0,
+            # documents with no subgraph file at all (every one of them is not extracted yet: an
+            # extracted document without its files fails the merge)
+            "documents_not_extracted": merged.documents_without_files,
             "entities": nodes.height,
             "relations": edges.height,
             "dagster/row_count": nodes.height,

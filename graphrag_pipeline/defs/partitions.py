@@ -7,7 +7,8 @@ theirs), any other gets `documents__<kb>` and `communities__<kb>`, so two homes 
 instance never add, list or delete each other's partitions.
 """
 
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 
 import dagster as dg
 
@@ -129,7 +130,7 @@ def not_materialized(instance, asset: str, keys: list[str]) -> set[str]:
     return {k for k in keys if k not in done}
 
 
-class NotMaterialized(Collection[str]):
+class NotMaterialized(AbstractSet[str]):
     """`not_materialized(instance, asset, keys)`, asked of the instance only when first used: the
     readers of every document's outputs look at it only for a document whose files are missing,
     and listing the materialized partitions groups every materialization event of the asset (0.1 s

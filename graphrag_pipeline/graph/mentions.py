@@ -80,6 +80,7 @@ class MergedGraph:
     # the knowledge graph links them instead of encoding the tables again
     files: dict[str, Path] | None = None
     slices_written: int = 0  # graph tables written by this merge (of len(files))
+    documents_without_files: int = 0  # documents (all in `optional`: not extracted yet) with no subgraph file
 
 
 def _with_shard(df: pl.DataFrame) -> pl.DataFrame:
@@ -93,9 +94,15 @@ def update_merged_graph(store, keys: list[str], optional: Collection[str] = ()) 
     """Merge the subgraphs of documents `keys`, reusing the previous build's merge (see above).
     Every document not in `optional` must have its subgraph files (Store.MissingInputError
     otherwise); one in `optional` (not extracted yet) adds what it has, possibly nothing."""
+    signatures = store.subgraph_signatures(keys)
+    merged = _update_merged_graph(store, keys, signatures, optional)
+    merged.documents_without_files = sum(1 for s in signatures.values() if s == "missing/missing")
+    return merged
+
+
+def _update_merged_graph(store, keys: list[str], signatures: dict[str, str], optional: Collection[str]) -> MergedGraph:
     bundle = ParquetBundle(store.paths.graph_dir, "mentions")
     manifest = bundle.manifest()
-    signatures = store.subgraph_signatures(keys)
     if manifest is not None and "merge_dropped" in manifest:
         try:
             if manifest.get("merge_rule") == merge_rule():

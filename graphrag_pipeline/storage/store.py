@@ -10,7 +10,8 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
@@ -330,8 +331,9 @@ class Store:
         skipped as unreadable or empty has empty tables). A document in `optional` (not
         materialized yet, so it may have no output at all) gives the files it has."""
         suffixes = DOC_TABLES[asset]
-        # (asked only of a document with a file missing: `optional` may be costly to compute)
-        if not isinstance(optional, (set, frozenset, dict)) and isinstance(optional, (list, tuple)):
+        # `optional` is asked only of a document with a file missing (it may be costly to compute:
+        # defs.partitions.NotMaterialized); anything but a set or a mapping is made a set first
+        if not isinstance(optional, (AbstractSet, Mapping)):
             optional = set(optional)
         out: tuple[list[Path], ...] = tuple([] for _ in suffixes)
         missing: dict[str, list[Path]] = {}
@@ -339,8 +341,12 @@ class Store:
             tables = [self._doc_file(asset, key, suffix) for suffix in suffixes]
             present = [t.exists() for t in tables]
             if not all(present) and key not in optional:
-                missing[key] = [t for t, ok in zip(tables, present) if not ok]
-                continue
+                # a run writes a document's files before Dagster records it materialized: one that
+                # ended while `optional` was asked has its files now
+                present = [t.exists() for t in tables]
+                if not all(present):
+                    missing[key] = [t for t, ok in zip(tables, present) if not ok]
+                    continue
             for files, table, ok in zip(out, tables, present):
                 if ok:
                     files.append(table)

@@ -9,6 +9,7 @@ instance never add, list or delete each other's partitions.
 
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
+from functools import cached_property
 
 import dagster as dg
 
@@ -137,26 +138,20 @@ class NotMaterialized(AbstractSet[str]):
     and more at 50,000 documents, more with each update)."""
 
     def __init__(self, instance, asset: str, keys: list[str]):
-        self._ask = lambda: not_materialized(instance, asset, keys)
-        self._keys: set[str] | None = None
+        self._instance, self._asset, self._keys = instance, asset, keys
 
-    @property
-    def asked(self) -> bool:
-        return self._keys is not None
-
+    @cached_property
     def _value(self) -> set[str]:
-        if self._keys is None:
-            self._keys = self._ask()
-        return self._keys
+        return not_materialized(self._instance, self._asset, self._keys)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._value()
+        return key in self._value
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._value())
+        return iter(self._value)
 
     def __len__(self) -> int:
-        return len(self._value())
+        return len(self._value)
 
 
 def missing_inputs_failure(exc, reader: str) -> dg.Failure:

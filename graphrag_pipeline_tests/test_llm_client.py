@@ -588,3 +588,36 @@ def test_vectors_that_are_not_finite_are_malformed_and_never_kept(llm_server, kv
     llm_server.script_embeddings(*[with_nan(2) for _ in range(5)])
     with pytest.raises(LLMError, match="not finite"):
         client_for(llm_server, embedding_model="test-embed", max_retries=2).embed(["x", "y"])
+
+
+def test_a_key_with_a_line_end_is_sent_without_it_and_never_shown(llm_server):
+    # a key read from a .env file saved with Windows line ends carries "\r": blanks around a key are
+    # not part of it
+    client = client_for(llm_server, api_key=TEST_API_KEY + "\r\n")
+    assert client.chat(MSG).text == "OK"
+    assert llm_server.request_headers[-1]["authorization"] == f"Bearer {TEST_API_KEY}"
+    _no_secret(client)
+
+
+def test_a_key_that_cannot_be_sent_fails_once_with_a_clear_message_that_does_not_show_it(llm_server):
+    # a line end inside the key, which no HTTP header may hold: the HTTP library names the header
+    # value with the key escaped (b'Bearer sk-...\\r...'), which the exact key does not match
+    head, tail = "sk-proj-ABCDEFGH", "IJKLMNOPQRST"
+    client = client_for(llm_server, api_key=f"{head}\r{tail}", max_retries=3)
+    with pytest.raises(LLMError) as info:
+        client.chat(MSG)
+    assert client.attempts == 1 and llm_server.chat_count == 0  # not retried: it would fail the same way
+    assert "not retried" in str(info.value) and "OPENAI_API_KEY" in str(info.value)
+    for shown in (str(info.value), repr(info.value), repr(client)):
+        assert head not in shown and tail not in shown, shown
+
+
+def test_secret_forms_cover_the_escaped_forms_and_every_long_printable_run():
+    from graphrag_pipeline.llm.client import secret_forms
+
+    key = "sk-abcdefgh\r\nijklmnopq\x07z"
+    forms = secret_forms(key)
+    assert forms == sorted(forms, key=len, reverse=True)
+    for shown in (key, repr(key)[1:-1], str(key.encode())[2:-1], "sk-abcdefgh", "ijklmnopq"):
+        assert shown in forms
+    assert secret_forms("abc") == [] and secret_forms(None) == []

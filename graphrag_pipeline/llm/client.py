@@ -138,6 +138,23 @@ class _Secret:
         return "'***'"
 
 
+def secret_forms(key: str | None) -> list[str]:
+    """The texts that give `key` away, longest first: the key, the escaped forms an HTTP library or a
+    repr prints it in (a character not allowed in a header shown as `\\r`, `\\x..`), and every run
+    of 8 or more printable ASCII characters in it (what each of those forms shows verbatim). Empty
+    for a key of fewer than 4 characters (masking it would garble ordinary text)."""
+    if not key or len(key) < 4:
+        return []
+    forms = {
+        key,
+        key.encode("unicode_escape").decode("ascii"),
+        repr(key)[1:-1],
+        str(key.encode("utf-8", "backslashreplace"))[2:-1],
+    }
+    forms |= {run for run in re.findall(r"[\x21-\x7e]{8,}", key)}
+    return sorted(forms, key=len, reverse=True)
+
+
 class _Retryable(Exception):
     def __init__(self, cause: str, status: int | None = None, retry_after: float | None = None):
         super().__init__(cause)
@@ -341,6 +358,9 @@ class LLMClient:
             or setting_raw("OPENAI_API_KEY")
             or ("EMPTY" if (base_url or setting_raw("OPENAI_BASE_URL")) else None)
         )
+        # blanks around a key are never part of it (a line end kept from a .env file saved on Windows):
+        # sent as they are, they make every request fail with the key shown escaped in the error
+        key = key.strip() if isinstance(key, str) else key
         if not key:
             raise ValueError(
                 "LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint"
@@ -362,6 +382,7 @@ class LLMClient:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self._key = _Secret(key)
+        self._masks = secret_forms(key)
         self._client = openai.OpenAI(
             api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s, http_client=_deadline_client(timeout_s)
         )
@@ -590,9 +611,8 @@ class LLMClient:
 
     # -- the retry loop ---------------------------------------------------------------------------------
     def _scrub(self, text: str) -> str:
-        key = self._key.value
-        if key and len(key) >= 4:
-            text = text.replace(key, "***")
+        for form in self._masks:
+            text = text.replace(form, "***")
         return text[:500]
 
     def _classify(self, exc: BaseException) -> _Retryable | _Fatal:
@@ -619,6 +639,11 @@ class LLMClient:
         if isinstance(exc, openai.APIConnectionError):
             inner = exc.__cause__ or exc.__context__
             detail = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc)
+            if type(inner).__name__ == "LocalProtocolError":  # the request cannot be sent at all
+                return _Fatal(
+                    f"the request is not valid HTTP ({self._scrub(detail)}): check OPENAI_API_KEY and "
+                    "OPENAI_BASE_URL for characters that cannot be sent"
+                )
             return _Retryable(f"connection error ({self._scrub(detail)})")
         if isinstance(exc, (openai.APIResponseValidationError, ValueError)):
             return _Retryable(f"malformed response ({type(exc).__name__}: {self._scrub(str(exc))[:200]})")

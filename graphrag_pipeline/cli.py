@@ -216,9 +216,12 @@ _CACHE_EARLY_WRITE = 200  # entries new to the plan cache above which it is also
 _DAGSTER_WRAPPERS = {"DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError"}
 
 
-def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | None = None) -> tuple[bool, list]:
+def _run_job(
+    defs, instance, name: str, tags: dict | None = None, ops: dict | None = None, started: set | None = None
+) -> tuple[bool, list]:
     """Run a job in this process; False when any step or any asset check failed. A stop asked for
-    during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop."""
+    during the run (SIGINT/SIGTERM) marks it canceled and raises interrupts.Stop. `started`, when
+    given, receives the keys of the steps that started (a step skipped after a failure upstream did not)."""
     import dagster as dg
 
     from graphrag_pipeline.defs.instance_ops import cli_run_tags
@@ -249,6 +252,8 @@ def _run_job(defs, instance, name: str, tags: dict | None = None, ops: dict | No
             instance.event_log_storage.free_concurrency_slots_for_run(result.run_id)
         raise interrupts.Stop(signo)
     ok = result.success
+    if started is not None:
+        started.update(ev.step_key for ev in result.all_events if ev.event_type == dg.DagsterEventType.STEP_START)
     events = result.get_asset_materialization_events()
     _tag_usage(instance, result.run_id, events)
     # a run over a range of partitions records its notices on each partition's materialization: once each
@@ -944,6 +949,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         or _downstream_stale(instance, defs)
     )
     graph_done = False
+    graph_tried = False  # the merge ran in a documents run (and whatever failed after it would fail again)
 
     def prefetch() -> None:
         """The last build's merged graph and chunk shards, decoded beside the set-up of the run that
@@ -964,9 +970,11 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
         if last:
             prefetch()
-        success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None)
+        ran: set[str] = set()
+        success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None, ran)
         ok &= success
         graph_done = last and success
+        graph_tried = last and op_name("knowledge_graph") in ran
         _say(
             _outcome(
                 success, events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits", *_GRAPH_SHOWN)
@@ -975,7 +983,10 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     progress.finish("documents")
 
     if downstream or not ok:
-        if not graph_done:
+        # the graph stages run on their own when a failed document kept them from running after the
+        # documents (the other documents' work is merged); when they ran and failed, running them
+        # again would send the same requests and fail the same way
+        if not graph_done and not graph_tried:
             _say("[graph] merging, resolving and clustering")
             prefetch()
             success, events = _run_job(defs, instance, "graph_job", ops=recluster)

@@ -277,6 +277,8 @@ def test_endpoint_failures_fail_only_the_affected_documents(server, fake, corpus
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code != 0
     assert "could not be extracted" in out and "curie_radioactivity.md" in out, out
+    # the stages after the documents run on their own: the other document's work is merged
+    assert "[graph] merging, resolving and clustering" in out and "knowledge_graph (" in out, out
     assert SECRET not in out
     assert (home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json").exists()
     assert not (home / "tables" / "doc_subgraph" / "curie_radioactivity.md.json").exists()
@@ -347,3 +349,28 @@ def test_no_answer_is_paid_for_when_nothing_fits_the_context(server, fake, corpu
     assert code == 3 and json.loads(out)["answer"] is None, out
     assert "local_answer" not in kinds(server, start)
     assert "no results" in capsys.readouterr().err
+
+
+def test_a_failed_graph_stage_is_not_run_again_in_the_same_build(server, fake, corpus, home, monkeypatch):
+    # found by an exploratory run: resolution failing after its retries in the run after the
+    # documents was run again by the build's "[graph]" phase, sending every request a second time
+    monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
+    original = fake.__call__
+
+    def resolution_down(body):
+        if classify(body["messages"]) == "resolution":
+            return Reply(status=500, text="resolution backend down")
+        return original(body)
+
+    server.responder = resolution_down
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code != 0
+    assert "FAILED" in out and "resolved_graph" in out, out
+    assert "[graph] merging, resolving and clustering" not in out, out
+    asked = [body["messages"][-1]["content"] for body in server.requests if classify(body["messages"]) == "resolution"]
+    assert asked and len(asked) == len(set(asked)), f"{len(asked)} resolution requests, {len(set(asked))} distinct"
+    # the endpoint recovers: the next build resolves and publishes
+    server.responder = original
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert "search_index" in out

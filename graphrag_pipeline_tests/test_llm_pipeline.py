@@ -374,3 +374,49 @@ def test_a_failed_graph_stage_is_not_run_again_in_the_same_build(server, fake, c
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out
     assert "search_index" in out
+
+
+def _sources_not_in_chunks(home) -> int:
+    """Source ids of the published entities and relations that name no published chunk."""
+    import duckdb
+
+    con = duckdb.connect(str(home / "index" / "search_index.duckdb"), read_only=True)
+    try:
+        return con.execute(
+            "SELECT count(*) FROM (SELECT unnest(source_ids) AS s FROM entities UNION ALL "
+            "SELECT unnest(source_ids) FROM relations) WHERE s NOT IN (SELECT chunk_id FROM chunks)"
+        ).fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_the_index(server, fake, corpus, home):
+    # found by an exploratory run: the edited document's new chunks were published while the graph
+    # kept what its earlier text gave, so its entities cited chunks the index no longer had
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert _sources_not_in_chunks(home) == 0
+    doc = corpus / "darwin_and_wallace.txt"
+    original_text = doc.read_text()
+    doc.write_text(original_text + "\n\nIn 1860 Thomas Huxley debated Samuel Wilberforce at the Oxford museum.\n")
+    original = fake.__call__
+
+    def edit_fails(body):
+        if "Wilberforce" in body["messages"][-1]["content"]:
+            return Reply(status=503, text="overloaded")
+        return original(body)
+
+    server.responder = edit_fails
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code != 0 and "darwin_and_wallace.txt" in out, out
+    assert _sources_not_in_chunks(home) == 0
+    entities = cli_json("query", "Who was Charles Darwin?", "--json")["entities"]
+    assert entities and all(e["sources"] for e in entities), entities
+    # the endpoint recovers: the document's new chunks and what they give are published
+    server.responder = original
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert _sources_not_in_chunks(home) == 0
+    assert "Wilberforce" in json.dumps(
+        cli_json("query", "Who debated Samuel Wilberforce?", "--mode", "naive", "--json")
+    )

@@ -60,10 +60,11 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     store = settings.store()
     doc_keys = document_keys(context.instance)
     optional = NotMaterialized(context.instance, "chunks", doc_keys)  # asked only when chunk files are missing
+    held: set[str] = set()  # documents whose extraction is behind their chunks (see all_chunks)
     # the chunks are read beside the graph (polars decodes without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-chunks") as pool:
         # a document not chunked yet may have no chunk files; every chunked one must have them
-        chunks = pool.submit(all_chunks, store, doc_keys, optional=optional)
+        chunks = pool.submit(all_chunks, store, doc_keys, optional=optional, held=held)
         # the columns the records are built from (not the description fragments: half the bytes)
         nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
         try:
@@ -81,7 +82,13 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
             f"(first: {', '.join(missing[:5])})",
             verdict,
         )
-    return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset)
+    if held:
+        context.log.warning(
+            f"{len(held)} documents changed but their extraction did not finish "
+            f"(first: {', '.join(sorted(held)[:5])}): "
+            "the index keeps their previous chunks, which the graph's entities cite, until they are extracted"
+        )
+    return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset), held
 
 
 def index_check_files(store) -> list:
@@ -131,7 +138,9 @@ def search_index(
     # the files the verification reads, identified before they are read (search_index_is_complete
     # re-uses the verdict for the same files and the index as published)
     verified_files = VERDICTS.identities(index_check_files(settings.store()))
-    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(context, settings, "search_index")
+    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held = _index_inputs(
+        context, settings, "search_index"
+    )
     embedder, step = _embedder("search_index", settings, llm)
     inputs_seconds = time.perf_counter() - started
     try:
@@ -176,6 +185,7 @@ def search_index(
             "seconds": round(seconds, 3),
             "phase_seconds": dg.MetadataValue.json({"inputs": round(inputs_seconds, 3), **changes["phase_seconds"]}),
             "documents": len(doc_keys),
+            "documents_behind_their_chunks": len(held),
             "communities": comms.height,
             "reportable_communities": len(reports),
             "path": dg.MetadataValue.path(str(settings.paths.index_file)),
@@ -218,7 +228,7 @@ def elasticsearch_index(
             metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"}
         )
     started = time.perf_counter()
-    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources = _index_inputs(
+    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held = _index_inputs(
         context, settings, "elasticsearch_index"
     )
     embedder, step = _embedder("elasticsearch_index", settings, llm)
@@ -251,6 +261,7 @@ def elasticsearch_index(
             "url": cfg.url,
             "alias": cfg.alias,
             "records": stats.written + stats.unchanged,
+            "documents_behind_their_chunks": len(held),
             "seconds": round(time.perf_counter() - started, 2),
             "inputs_seconds": round(inputs_seconds, 3),
             "embedding_model": embedder.model_id,

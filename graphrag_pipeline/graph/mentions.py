@@ -327,10 +327,16 @@ def _result(
 CHUNK_SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8}
 
 
-def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.DataFrame:
+def all_chunks(store, keys: list[str], optional: Collection[str] = (), held: set[str] | None = None) -> pl.DataFrame:
     """The chunk rows of documents `keys` in document order, kept in shards like the mentions: only
     the chunk files of documents that changed since the last call are read. Every document not in
-    `optional` must have its chunk files (Store.MissingInputError otherwise)."""
+    `optional` must have its chunk files (Store.MissingInputError otherwise).
+
+    A changed document whose stored subgraph was extracted from other contents than its new chunks
+    (chunked again, then its extraction failed) keeps the chunk rows the shards had: the merged graph
+    still holds what it extracted before, whose entities cite those chunks, so the index stays
+    consistent until the document is extracted again. Such documents are added to `held`, and
+    looked at again by the next call."""
     bundle = ParquetBundle(store.paths.graph_dir, "chunks")
     manifest = bundle.manifest()
     signatures = store.signatures("chunks", keys, (".parquet",))
@@ -343,6 +349,12 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
         sources = bundle.read(manifest, "sources")
         before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
         changed = [k for k in keys if before.get(k) != signatures[k]]
+        behind = extracted_from_other_contents(store, changed)
+        if behind:
+            changed = [k for k in changed if k not in behind]
+            signatures = {**signatures, **{k: before.get(k) for k in behind}}  # compared again next time
+            if held is not None:
+                held |= behind
         gone = pl.Series("d", changed + sorted(set(before) - set(keys)), dtype=pl.Utf8).implode()
         fresh = _with_shard(store.read_all_chunks(changed, optional)) if changed else None
         for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
@@ -380,7 +392,22 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = ()) -> pl.Dat
     return rows.join(order, on="doc_id", how="inner").sort("_order", "position").drop("_order")
 
 
-def _chunk_sources(keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
+def extracted_from_other_contents(store, keys: list[str]) -> set[str]:
+    """The documents of `keys` whose stored subgraph was extracted from other contents than their
+    stored chunks were made of (a document without a subgraph yet is not among them)."""
+    out = set()
+    for key in keys:
+        try:
+            sub = store.subgraph_info(key)
+            chunks = store.chunk_info(key) if isinstance(sub, dict) else None
+        except (OSError, ValueError):  # unreadable: the readers of the files say so
+            continue
+        if isinstance(chunks, dict) and sub.get("content_hash") != chunks.get("content_hash"):
+            out.add(key)
+    return out
+
+
+def _chunk_sources(keys: list[str], signatures: dict[str, str | None]) -> pl.DataFrame:
     return pl.DataFrame({"doc_id": keys, "signature": [signatures[k] for k in keys]}, schema=CHUNK_SOURCES_SCHEMA)
 
 

@@ -420,3 +420,31 @@ def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_t
     assert "Wilberforce" in json.dumps(
         cli_json("query", "Who debated Samuel Wilberforce?", "--mode", "naive", "--json")
     )
+
+
+def test_report_answers_on_the_wire_when_a_report_call_fails_are_in_the_ledger(server, fake, corpus, home, monkeypatch):
+    # found by an exploratory run: the failed step recorded its usage while other report calls were
+    # still on the wire; they were answered (paid, cached) and never counted by `stats`
+    import threading
+
+    monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
+    original = fake.__call__
+    lock = threading.Lock()
+    answered, failed = [], []
+
+    def one_report_fails(body):
+        report = classify(body["messages"]) == "report"
+        with lock:
+            fail = report and not failed
+            (failed if fail else answered).append(1)
+        if fail:
+            return Reply(status=500, text="report backend down")
+        text = original(body)
+        return Reply(text=text, delay_s=1.0) if report else text
+
+    server.responder = one_report_fails
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code != 0 and "community_reports" in out, out
+    assert failed and len(answered) > 0
+    _, stats = cli("stats", "--json")  # (no index was published yet: stats says so and exits 1)
+    assert json.loads(stats)["llm"]["calls"] == len(answered)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from graphrag_pipeline import progress
+from graphrag_pipeline.llm.client import LLMCancelled, LLMError
 from graphrag_pipeline.reports.llm import fits_budget, llm_report, report_generator
 from graphrag_pipeline.reports.offline import CommunityReport, extractive_report
 
@@ -107,11 +108,15 @@ def write_reports(
                     result.fallbacks.append({"community": cid, "reason": fallback})
                     log.warning(f"report of {cid}: LLM answer unusable ({fallback}); extractive report written instead")
             log.info(f"reports: {len(written)}/{len(keys)} written")
-    except BaseException:
+    except BaseException as exc:
         # run terminated or endpoint failed: stop all LLM work now; finished reports stay stored
         if client is not None:
             client.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
+        # after a call that failed (not a stop asked for), the answers already on the wire are paid
+        # for: they are awaited (each bounded by the client's timeout), so the step's usage, recorded
+        # as the failure leaves the step, counts them; a stop does not wait for them
+        settle = client is not None and isinstance(exc, LLMError) and not isinstance(exc, LLMCancelled)
+        pool.shutdown(wait=settle, cancel_futures=True)
         raise
     finally:
         progress.finish("reports")

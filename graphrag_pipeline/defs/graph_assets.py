@@ -25,7 +25,7 @@ from graphrag_pipeline.defs.partitions import (
 )
 from graphrag_pipeline.defs.resources import LLMSettings, PipelineSettings
 from graphrag_pipeline.defs.stopping import stoppable
-from graphrag_pipeline.graph.communities import update_communities
+from graphrag_pipeline.graph.communities import HISTORY_GENERATIONS, update_communities
 from graphrag_pipeline.graph.mentions import update_merged_graph
 from graphrag_pipeline.graph.resolution import LLMJudge, merge_entities, plan_resolution
 from graphrag_pipeline.graph.summaries import summarise_long_descriptions
@@ -237,7 +237,9 @@ def communities(
     df = update.communities
     store.write_community_state(update.state)
     if update.memo:
-        store.remember_partition(*update.memo)
+        # as many clustered graphs as clustering changes whose ids are kept: an edit undone after
+        # up to that many other edits finds both its partition and its communities' ids and reports
+        store.remember_partition(*update.memo, keep=HISTORY_GENERATIONS)
     m = update.metrics
     context.log.info(
         f"{update.message} in {elapsed:.2f}s: {m.get('communities_changed', 0)} new or changed, "

@@ -667,7 +667,7 @@ class Store:
         except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
             return None
 
-    def remember_partition(self, digest: str, structure: pl.DataFrame, keep: int = 5) -> None:
+    def remember_partition(self, digest: str, structure: pl.DataFrame, keep: int = 10) -> None:
         """Remember how a graph (by digest) was clustered; the `keep` most recent graphs are kept."""
         folder = self.paths.graph_dir / "partition_memo"
         write_parquet(structure, folder / f"{digest}.parquet")

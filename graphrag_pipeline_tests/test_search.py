@@ -73,6 +73,14 @@ def _one_community(summary: str) -> tuple[pl.DataFrame, list[CommunityReport], p
     return communities, reports, chunks
 
 
+def _write_index(path: Path, nodes, edges, communities, reports, chunks) -> Path:
+    """A DuckDB index of these inputs at `path` (hashing embedder)."""
+    emb = HashingEmbedder()
+    tables = build_index_tables(nodes, edges, communities, reports, chunks, emb)
+    write_duckdb_index(tables, path, {"embedding_model": emb.model_id, "embedding_dim": emb.dim})
+    return path
+
+
 @pytest.fixture
 def index(tmp_path):
     nodes, edges = _graph()
@@ -307,10 +315,7 @@ def test_a_hub_description_is_bounded_not_dropped(tmp_path):
         .alias("description")
     )
     communities, reports, chunks = _one_community("Friends in Oxford")
-    emb = HashingEmbedder()
-    path = tmp_path / "index.duckdb"
-    tables = build_index_tables(nodes, edges, communities, reports, chunks, emb)
-    write_duckdb_index(tables, path, {"embedding_model": emb.model_id, "embedding_dim": emb.dim})
+    path = _write_index(tmp_path / "index.duckdb", nodes, edges, communities, reports, chunks)
     assert count_tokens(nodes.filter(pl.col("key") == "alice")["description"][0]) > SearchParams().max_tokens
     with DuckDBIndex(path) as idx:
         for search in (local_search, mix_search):
@@ -321,3 +326,29 @@ def test_a_hub_description_is_bounded_not_dropped(tmp_path):
             assert res.relations and res.community_reports[0]["title"] == "Alice and Bob"
             assert "Alice wrote letter number 0" in res.context and "letter number 2999" not in res.context
             assert count_tokens(res.context) <= SearchParams().max_tokens
+
+
+def test_mix_keeps_the_top_report_when_chunks_could_fill_the_budget(tmp_path):
+    # found by an exploratory run on Debian manuals: large chunks took the whole budget, fitted before
+    # the report, and mix (the default mode) answered without a report
+    from graphrag_pipeline.ingest.tokens import count_tokens
+    from graphrag_pipeline.query.search import mix_search
+
+    nodes, edges = _graph()
+    communities, reports, _ = _one_community("Alice and Bob were friends in Oxford for many years. " * 12)
+    texts = [" ".join(f"Alice met Bob in Oxford on day {i} of term {t}." for i in range(14)) for t in range(20)]
+    chunks = pl.DataFrame(
+        {
+            "chunk_id": [f"c{t + 1}" for t in range(20)],
+            "doc_id": [f"d{t + 1}" for t in range(20)],
+            "doc": [f"{t + 1}.txt" for t in range(20)],
+            "position": [0] * 20,
+            "text": texts,
+        }
+    )
+    path = _write_index(tmp_path / "index.duckdb", nodes, edges, communities, reports, chunks)
+    params = SearchParams(max_tokens=count_tokens(texts[0]) * 5 + 150)  # 5 chunks, and not the report after them
+    with DuckDBIndex(path) as idx:
+        res = mix_search(idx, "Alice?", params, QueryAnalysis([], ["Alice"]))
+    assert res.community_reports and res.community_reports[0]["title"] == "Alice and Bob"
+    assert res.chunks and count_tokens(res.context) <= params.max_tokens

@@ -469,7 +469,8 @@ def mix_search(
 ) -> QueryResult:
     """Local search's entities and relations, then source chunks: the chunks most cited by the hit
     entities and relations (an item's weight is 1 / its rank) interleaved with the chunks most
-    similar to the question, then the top community report, all in one token budget."""
+    similar to the question, and the top community report, all in one token budget (the report
+    is given up to half of what the entities and relations leave, the chunks the rest)."""
     p = params or SearchParams()
     # the chunks most similar to the question come with the graph's sources
     question_vec = index.embedder(client).embed_one(question)
@@ -503,8 +504,11 @@ def mix_search(
                 seen.add(key)
                 via = "both" if key in sim_keys and key in graph_keys_set else source
                 chunks.append(_chunk_item(c, score, via))
-    chunks, budget = _fit(chunks, _chunk_block, budget)
-    reports, budget = _fit(_entity_reports(index, recall, ent_rank, p.comm_topn), _report_block, budget)
+    # the top report is fitted before the chunks, in at most half of what is left: chunks fill any
+    # budget (large chunks took all of it, and mix answered without the report it promises)
+    half = budget // 2
+    reports, unused = _fit(_entity_reports(index, recall, ent_rank, p.comm_topn), _report_block, half)
+    chunks, budget = _fit(chunks, _chunk_block, budget - (half - unused))
     result = QueryResult(
         mode="mix",
         entities=[_entity_item(e) for e in ent_rank],

@@ -352,3 +352,19 @@ def test_mix_keeps_the_top_report_when_chunks_could_fill_the_budget(tmp_path):
         res = mix_search(idx, "Alice?", params, QueryAnalysis([], ["Alice"]))
     assert res.community_reports and res.community_reports[0]["title"] == "Alice and Bob"
     assert res.chunks and count_tokens(res.context) <= params.max_tokens
+
+
+def test_mix_keeps_a_report_larger_than_half_the_budget_when_the_chunks_leave_room(tmp_path):
+    # a report is fitted first in half of the budget; a longer one still fits in what the chunks leave
+    from graphrag_pipeline.ingest.tokens import count_tokens
+    from graphrag_pipeline.query.search import mix_search
+
+    nodes, edges = _graph()
+    summary = "Alice and Bob were friends in Oxford for many years. " * 40
+    communities, reports, chunks = _one_community(summary)
+    path = _write_index(tmp_path / "index.duckdb", nodes, edges, communities, reports, chunks)
+    params = SearchParams(max_tokens=int(count_tokens(summary) * 1.6))
+    with DuckDBIndex(path) as idx:
+        res = mix_search(idx, "Alice?", params, QueryAnalysis([], ["Alice"]))
+    assert res.community_reports and res.chunks
+    assert count_tokens(res.context) <= params.max_tokens

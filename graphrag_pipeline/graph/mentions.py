@@ -349,12 +349,10 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = (), held: set
         sources = bundle.read(manifest, "sources")
         before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
         changed = [k for k in keys if before.get(k) != signatures[k]]
-        behind = extracted_from_other_contents(store, changed)
-        if behind:
-            changed = [k for k in changed if k not in behind]
-            signatures = {**signatures, **{k: before.get(k) for k in behind}}  # compared again next time
-            if held is not None:
-                held |= behind
+        # (only a document the shards hold rows of can keep them; one they do not is read anew)
+        behind = {k for k in extracted_from_other_contents(store, changed) if k in before}
+        changed = [k for k in changed if k not in behind]
+        recorded = {**signatures, **{k: before[k] for k in behind}}  # compared again next time
         gone = pl.Series("d", changed + sorted(set(before) - set(keys)), dtype=pl.Utf8).implode()
         fresh = _with_shard(store.read_all_chunks(changed, optional)) if changed else None
         for i in sorted({shard_of(d) for d in gone.explode().to_list()}):
@@ -369,7 +367,7 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = (), held: set
             )
             shards[name] = pl.concat([old.filter(~pl.col("doc_id").is_in(gone)), *add])
         if shards:
-            bundle.write({**shards, "sources": _chunk_sources(keys, signatures)}, previous=manifest)
+            bundle.write({**shards, "sources": _chunk_sources(keys, recorded)}, previous=manifest)
         frames = [
             shards[n] if n in shards else bundle.read(manifest, n, remember=True)
             for n in sorted(manifest["tables"])
@@ -378,6 +376,8 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = (), held: set
         rows = pl.concat(frames, how="vertical_relaxed")
         if rows.columns != list(CHUNK_ROWS):
             raise KeyError("chunk shards of an older layout")
+        if held is not None:  # (the fallback below reads every document's current chunks)
+            held |= behind
     except (OSError, KeyError, pl.exceptions.PolarsError):
         rows = _with_shard(store.scan_all_chunks(keys, optional))
         tables = {f"chunks-{i:02d}": rows.filter(pl.col("_shard") == i).drop("_shard") for i in range(SHARDS)}
@@ -407,7 +407,7 @@ def extracted_from_other_contents(store, keys: list[str]) -> set[str]:
     return out
 
 
-def _chunk_sources(keys: list[str], signatures: dict[str, str | None]) -> pl.DataFrame:
+def _chunk_sources(keys: list[str], signatures: dict[str, str]) -> pl.DataFrame:
     return pl.DataFrame({"doc_id": keys, "signature": [signatures[k] for k in keys]}, schema=CHUNK_SOURCES_SCHEMA)
 
 

@@ -365,6 +365,11 @@ class LLMClient:
             raise ValueError(
                 "LLMClient needs an API key (api_key or OPENAI_API_KEY) or a base_url for a keyless local endpoint"
             )
+        if not (key.isascii() and key.isprintable()):  # (a header cannot carry it: every request would fail)
+            raise ValueError(
+                "the API key (OPENAI_API_KEY) holds a character an HTTP header cannot carry (a non-ASCII letter, "
+                "an invisible or control character): copy it again from the provider"
+            )
         if embedding_max_tokens is None:
             embedding_max_tokens = setting("GRAPHRAG_EMBEDDING_MAX_TOKENS")
         if embedding_max_tokens < 16:
@@ -641,8 +646,8 @@ class LLMClient:
             detail = f"{type(inner).__name__}: {inner}" if inner is not None else str(exc)
             if type(inner).__name__ == "LocalProtocolError":  # the request cannot be sent at all
                 return _Fatal(
-                    f"the request is not valid HTTP ({self._scrub(detail)}): check OPENAI_API_KEY and "
-                    "OPENAI_BASE_URL for characters that cannot be sent"
+                    f"the request is not valid HTTP ({self._scrub(detail)}): check OPENAI_API_KEY, "
+                    "OPENAI_BASE_URL and the other OPENAI_* settings for characters that cannot be sent"
                 )
             return _Retryable(f"connection error ({self._scrub(detail)})")
         if isinstance(exc, (openai.APIResponseValidationError, ValueError)):

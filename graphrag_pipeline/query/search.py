@@ -470,7 +470,8 @@ def mix_search(
     """Local search's entities and relations, then source chunks: the chunks most cited by the hit
     entities and relations (an item's weight is 1 / its rank) interleaved with the chunks most
     similar to the question, and the top community report, all in one token budget (the report
-    is given up to half of what the entities and relations leave, the chunks the rest)."""
+    is fitted first in up to half of what the entities and relations leave, the chunks in the rest;
+    a report larger than that half is fitted in what the chunks leave)."""
     p = params or SearchParams()
     # the chunks most similar to the question come with the graph's sources
     question_vec = index.embedder(client).embed_one(question)
@@ -506,9 +507,13 @@ def mix_search(
                 chunks.append(_chunk_item(c, score, via))
     # the top report is fitted before the chunks, in at most half of what is left: chunks fill any
     # budget (large chunks took all of it, and mix answered without the report it promises)
+    # (a report larger than that half is tried again in what the chunks leave)
+    ranked_reports = _entity_reports(index, recall, ent_rank, p.comm_topn)
     half = budget // 2
-    reports, unused = _fit(_entity_reports(index, recall, ent_rank, p.comm_topn), _report_block, half)
+    reports, unused = _fit(ranked_reports, _report_block, half)
     chunks, budget = _fit(chunks, _chunk_block, budget - (half - unused))
+    if not reports:
+        reports, budget = _fit(ranked_reports, _report_block, budget)
     result = QueryResult(
         mode="mix",
         entities=[_entity_item(e) for e in ent_rank],

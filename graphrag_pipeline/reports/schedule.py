@@ -110,12 +110,13 @@ def write_reports(
             log.info(f"reports: {len(written)}/{len(keys)} written")
     except BaseException as exc:
         # run terminated or endpoint failed: stop all LLM work now; finished reports stay stored
+        stopping = client is not None and client.cancelled  # a stop asked for, before this cancel
         if client is not None:
             client.cancel()
         # after a call that failed (not a stop asked for), the answers already on the wire are paid
-        # for: they are awaited (each bounded by the client's timeout), so the step's usage, recorded
+        # for: they are awaited (each bounded by the client's deadlines), so the step's usage, recorded
         # as the failure leaves the step, counts them; a stop does not wait for them
-        settle = client is not None and isinstance(exc, LLMError) and not isinstance(exc, LLMCancelled)
+        settle = client is not None and not stopping and isinstance(exc, LLMError) and not isinstance(exc, LLMCancelled)
         pool.shutdown(wait=settle, cancel_futures=True)
         raise
     finally:

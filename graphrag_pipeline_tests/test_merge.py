@@ -507,6 +507,46 @@ def test_chunk_table_follows_changed_documents_only(tmp_path):
     assert all_chunks(store, live).equals(original(live))
 
 
+def test_a_document_whose_extraction_is_behind_its_chunks_keeps_its_previous_chunk_rows(tmp_path):
+    import shutil
+
+    import polars as pl
+
+    from graphrag_pipeline.graph.mentions import all_chunks
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import CHUNK_ROWS, ENTITY_ROWS, RELATION_ROWS, Store
+
+    store = Store(Paths(tmp_path))
+
+    def chunk(doc: str, content: str) -> None:
+        rows = [(f"{doc}-{content}", doc, f"{doc}.txt", 0, f"text of {doc} {content}", 5, None, None, None)]
+        store.write_chunks(doc, pl.DataFrame(rows, schema=CHUNK_ROWS, orient="row"), {"content_hash": content})
+
+    def extract(doc: str, content: str) -> None:
+        empty = pl.DataFrame(schema=ENTITY_ROWS), pl.DataFrame(schema=RELATION_ROWS)
+        store.write_subgraph(doc, *empty, {"content_hash": content})
+
+    docs = ["a", "b", "c"]
+    for d in docs:
+        chunk(d, "v1")
+        extract(d, "v1")
+    first = all_chunks(store, docs)
+    chunk("b", "v2")  # chunked again; its extraction failed, so its subgraph is still of v1
+    for _ in range(2):  # and looked at again by the next call
+        held: set[str] = set()
+        assert all_chunks(store, docs, held=held).equals(first) and held == {"b"}
+    # the shards cannot be read: every document's current chunks are read, and none is said held
+    shutil.rmtree(tmp_path / "graph")
+    held = set()
+    assert all_chunks(store, docs, held=held).equals(store.read_all_chunks(docs)) and held == set()
+    extract("b", "v2")  # b is extracted: its new chunks are published
+    assert all_chunks(store, docs, held=held).equals(store.read_all_chunks(docs)) and held == set()
+    chunk("d", "v2")  # a document the shards have no rows of is read as it is
+    extract("d", "v1")
+    docs.append("d")
+    assert all_chunks(store, docs, held=held).equals(store.read_all_chunks(docs)) and held == set()
+
+
 def test_graph_check_finds_dangling_looped_unordered_and_duplicate_edges():
     from graphrag_pipeline.defs.checks import _graph_problems
 

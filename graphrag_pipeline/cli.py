@@ -1512,7 +1512,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _say(
         f"verified {len(doc_keys)} documents, {len(report_ids)} reports, the graph and the index in "
         f"{time.perf_counter() - started:.1f}s: "
-        + ("all good" if not problems else f"{len(problems)} problems; `graphrag-pipeline build` repairs them")
+        + (
+            "all good"
+            if not problems
+            else f"{_count(len(problems), 'problem')}; `graphrag-pipeline build` repairs them"
+        )
     )
     return 1 if problems else 0
 

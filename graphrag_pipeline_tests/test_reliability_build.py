@@ -269,6 +269,20 @@ def test_verify_finds_vectors_that_are_not_numbers_and_a_rebuilt_index_has_none(
     assert code == 0 and "all good" in out, out
 
 
+def test_verify_names_what_the_index_lacks_in_words(built, home, corpus):
+    # found by an exploratory run: verify printed the verdict's repr (IndexCompleteness(rows={...}))
+    # and said "1 problems"
+    import duckdb
+
+    con = duckdb.connect(str(home / "index" / "search_index.duckdb"))
+    (name,) = con.execute("SELECT name FROM entities ORDER BY key LIMIT 1").fetchone()
+    con.execute("DELETE FROM entities WHERE rowid = (SELECT min(rowid) FROM entities)")
+    con.close()
+    code, out = cli("verify")
+    assert code == 1 and "does not match the graph: 1 of " in out and "entities are missing" in out, out
+    assert "IndexCompleteness(" not in out and "1 problem;" in out, out
+
+
 def test_the_home_keeps_its_corpus_and_method(built, home, corpus, tmp_path, monkeypatch):
     other = tmp_path / "other"
     shutil.copytree(REPO / "data" / "corpus", other)

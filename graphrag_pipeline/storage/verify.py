@@ -233,7 +233,9 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
     except Exception as exc:  # noqa: BLE001 - a damaged index can fail in many ways; report it
         return [f"the search index {paths.index_file} cannot be checked ({type(exc).__name__}: {str(exc)[:160]})"]
     if not verdict.passed:
-        problems.append(f"the search index {paths.index_file} does not match the graph: {verdict}")
+        problems.append(
+            f"the search index {paths.index_file} does not match the graph: {'; '.join(verdict.problems())}"
+        )
     try:
         con = attach_read_only(paths.index_file)
         try:

@@ -33,6 +33,20 @@ def server(fake, monkeypatch, home, corpus):
         yield srv
 
 
+def _failing_when(fake, prompt_test=None, *, kind: str | None = None, status: int = 503):
+    """A responder answering HTTP `status` to the requests whose last prompt passes `prompt_test`
+    (or whose kind is `kind`), and as `fake` does to every other."""
+
+    def responder(body):
+        if (prompt_test is not None and prompt_test(body["messages"][-1]["content"])) or (
+            kind is not None and classify(body["messages"]) == kind
+        ):
+            return Reply(status=status, text="overloaded")
+        return fake(body)
+
+    return responder
+
+
 def kinds(srv, start: int = 0) -> dict[str, int]:
     out: dict[str, int] = {}
     for body in srv.requests[start:]:
@@ -266,14 +280,7 @@ def test_endpoint_failures_fail_only_the_affected_documents(server, fake, corpus
         if p.name not in ("darwin_and_wallace.txt", "curie_radioactivity.md"):
             p.unlink()
     original = fake.__call__
-
-    def flaky(body):
-        prompt = body["messages"][-1]["content"]
-        if "Radium Institute" in prompt or "polonium" in prompt:
-            return Reply(status=503, text="overloaded")
-        return original(body)
-
-    server.responder = flaky
+    server.responder = _failing_when(fake, lambda prompt: "Radium Institute" in prompt or "polonium" in prompt)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code != 0
     assert "could not be extracted" in out and "curie_radioactivity.md" in out, out
@@ -356,13 +363,7 @@ def test_a_failed_graph_stage_is_not_run_again_in_the_same_build(server, fake, c
     # documents was run again by the build's "[graph]" phase, sending every request a second time
     monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
     original = fake.__call__
-
-    def resolution_down(body):
-        if classify(body["messages"]) == "resolution":
-            return Reply(status=500, text="resolution backend down")
-        return original(body)
-
-    server.responder = resolution_down
+    server.responder = _failing_when(fake, kind="resolution", status=500)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code != 0
     assert "FAILED" in out and "resolved_graph" in out, out
@@ -400,13 +401,7 @@ def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_t
     original_text = doc.read_text()
     doc.write_text(original_text + "\n\nIn 1860 Thomas Huxley debated Samuel Wilberforce at the Oxford museum.\n")
     original = fake.__call__
-
-    def edit_fails(body):
-        if "Wilberforce" in body["messages"][-1]["content"]:
-            return Reply(status=503, text="overloaded")
-        return original(body)
-
-    server.responder = edit_fails
+    server.responder = _failing_when(fake, lambda prompt: "Wilberforce" in prompt)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code != 0 and "darwin_and_wallace.txt" in out, out
     assert _sources_not_in_chunks(home) == 0

@@ -713,6 +713,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     except HomeBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BUSY
+    prefetch = _start_survey(args, paths)  # beside the imports and the instance's set-up below
     try:
         interrupts.install()
         from graphrag_pipeline.defs.instance_ops import install_sleeping_slot_wait
@@ -734,8 +735,10 @@ def cmd_build(args: argparse.Namespace) -> int:
                 sharing_doc_stats(),
                 freeing_replaced_files_later(),
             ):
-                return _build(args, paths)
+                return _build(args, paths, prefetch)
         finally:
+            if prefetch is not None:
+                prefetch.close()
             _remote_push()  # the CLI's own files (state, the home record): also after a failed build
     except interrupts.Stop as exc:
         from graphrag_pipeline.llm.client import cancel_all_clients
@@ -791,7 +794,46 @@ def _cancel_own_runs(reason: str) -> None:
         pass
 
 
-def _build(args: argparse.Namespace, paths: Paths) -> int:
+def _start_survey(args: argparse.Namespace, paths: Paths):
+    """The corpus survey of this build started in a second process (ingest.plan_prefetch), when the
+    home's plan cache says the corpus is large enough for it to matter; None: _build surveys itself."""
+    if _REMOTE:
+        return None
+    from graphrag_pipeline.ingest.plan_prefetch import PREFETCH_MIN_CACHE_BYTES, Prefetch, corpus_cache_path
+    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record
+
+    try:
+        if corpus_cache_path(paths.home).stat().st_size < PREFETCH_MIN_CACHE_BYTES:
+            return None
+        chosen = _chosen_settings(args, read_home_record(paths.home))
+    except (OSError, ValueError, SettingsConflict):
+        return None  # _build says what is wrong
+    if not chosen.corpus.is_dir():
+        return None
+    return Prefetch(chosen.corpus, paths.home, chosen.method, _use_plan_cache(args))
+
+
+def _chosen_settings(args: argparse.Namespace, record):
+    """The corpus and method this build uses (storage.home.reconcile_settings; raises SettingsConflict)."""
+    from graphrag_pipeline.settings import default_corpus, default_method
+    from graphrag_pipeline.storage.home import reconcile_settings
+
+    return reconcile_settings(
+        record,
+        default_corpus(),
+        bool(args.corpus),
+        args.method or default_method(),
+        bool(args.method),
+        switch_corpus=args.switch_corpus,
+        switch_method=args.switch_method,
+    )
+
+
+def _use_plan_cache(args: argparse.Namespace) -> bool:
+    return not (args.recluster or args.switch_method)
+
+
+def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     import dagster as dg
 
     from graphrag_pipeline.definitions import current_defs
@@ -806,18 +848,23 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         op_name,
     )
     from graphrag_pipeline.graph.mentions import prefetch_graph, prefetch_paths
-    from graphrag_pipeline.ingest.corpus_sync import contiguous_batches, plan_sync, range_tags, refresh_cache
+    from graphrag_pipeline.ingest.corpus_sync import (
+        contiguous_batches,
+        range_tags,
+        refresh_cache,
+        remember_output_stats,
+        with_partitions,
+    )
+    from graphrag_pipeline.ingest.plan_prefetch import corpus_cache_path, survey_home
     from graphrag_pipeline.llm.client import forget_endpoint_health
     from graphrag_pipeline.settings import (
         DEFAULT_KB,
         OFFLINE_EMBEDDER,
-        default_corpus,
-        default_method,
         knowledge_base,
         setting,
     )
-    from graphrag_pipeline.storage.files import TABLES, clean_temp_files, read_json, write_json
-    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, reconcile_settings, write_home_record
+    from graphrag_pipeline.storage.files import TABLES, clean_temp_files, write_json
+    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, write_home_record
     from graphrag_pipeline.storage.store import DOC_STATS, Store
     from graphrag_pipeline.storage.verify import downstream_problems, working_file_problems
 
@@ -828,15 +875,7 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
         _say(f"removed a temporary file left by an interrupted build: {leftover}")
     record = read_home_record(paths.home)
     try:
-        chosen = reconcile_settings(
-            record,
-            default_corpus(),
-            bool(args.corpus),
-            args.method or default_method(),
-            bool(args.method),
-            switch_corpus=args.switch_corpus,
-            switch_method=args.switch_method,
-        )
+        chosen = _chosen_settings(args, record)
     except SettingsConflict as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -866,13 +905,19 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
 
     if not _REMOTE:  # (a remote home's steps pull files into the working copy themselves)
         # the stages use the plan's stats of the documents' files while no other run can have written them
-        DOC_STATS.alone = alone_since(instance, datetime.now(UTC) - timedelta(seconds=1))
+        # (counted from when the survey, in the second process, began its stats)
+        since = min(time.time(), prefetch.started) if prefetch is not None else time.time()
+        DOC_STATS.alone = alone_since(instance, datetime.fromtimestamp(since, UTC) - timedelta(seconds=1))
     existing = instance.get_dynamic_partitions(documents_partitions.name)
-    corpus_cache = paths.state_dir / "corpus-files.json"
-    cached = read_json(corpus_cache, {}) if not (args.recluster or args.switch_method) else {}
-    previous_files = (cached.get("files") if cached.get("corpus") == str(corpus) else None) or {}
+    corpus_cache = corpus_cache_path(paths.home)
     store = Store(paths)
-    plan = plan_sync(corpus, existing, store, method, previous=None, cache=previous_files)
+    use_cache = _use_plan_cache(args)
+    surveyed = prefetch.take(corpus, paths.home, method, use_cache) if prefetch is not None else None
+    if surveyed is not None:
+        remember_output_stats(store, surveyed.plan.cache, method)  # the stats the second process took
+    else:
+        surveyed = survey_home(corpus, paths.home, method, use_cache)
+    plan = with_partitions(surveyed.plan, existing)
     for err in plan.errors.values():
         _say(f"  warning: cannot read {err}")
     if not plan.states and existing and not args.allow_empty:
@@ -893,10 +938,9 @@ def _build(args: argparse.Namespace, paths: Paths) -> int:
     # the plan's cache is written once, after the runs (with what the processed documents' outputs
     # say then); before them too when many of its entries are new (many files hashed), so that a
     # build stopped half-way does not hash them again (at 50,000 documents a write is 0.4 s)
-    cache_changed = plan.cache != previous_files
+    cache_changed = surveyed.cache_changed
     # entries whose file was hashed (or whose outputs were read) this time: what a stop would lose
-    fresh = sum(1 for k, v in plan.cache.items() if previous_files.get(k) != v)
-    if fresh > _CACHE_EARLY_WRITE:
+    if surveyed.fresh > _CACHE_EARLY_WRITE:
         write_json({"corpus": str(corpus), "files": plan.cache}, corpus_cache, compact=True)
     _say(
         f"corpus: {_count(len(plan.states), 'document')}; {len(plan.to_add)} new, {len(plan.to_delete)} removed, "

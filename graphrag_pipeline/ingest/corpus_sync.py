@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphrag_pipeline.ingest.documents import CorpusFile, file_hash, scan_corpus
-from graphrag_pipeline.storage.store import DOC_TABLES, Store
+from graphrag_pipeline.storage.store import DOC_STATS, DOC_TABLES, Store
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -124,6 +124,33 @@ def _output_signature(store: Store, keys: list[str], method: str) -> dict[str, s
     return store.joint_signatures(keys, outputs, f"|{method}")
 
 
+def remember_output_stats(store: Store, cache: Mapping[str, list], method: str) -> None:
+    """Give DOC_STATS (storage.store) the output stats a survey made in another process took, read
+    back from the signatures in its plan `cache` (see _output_signature): the merge asks for the
+    subgraph files' stats again, and takes them from there as it would from this process's survey."""
+    known = DOC_STATS.usable()
+    if known is None:
+        return
+    # (not the info files: only the stages' tables are asked for again)
+    folders = [
+        (os.fspath(store.paths.doc_dir(asset)) + os.sep, OUTPUT_FILES[asset]) for asset in ("chunks", "doc_subgraph")
+    ]
+    tail = f"|{method}"
+    for key, entry in cache.items():
+        sig = entry[3] if len(entry) == 5 else None
+        if not isinstance(sig, str) or not sig.endswith(tail):
+            continue
+        parts = sig[: -len(tail)].split("|")
+        if len(parts) != len(folders):
+            continue
+        for (folder, suffixes), part in zip(folders, parts):
+            stats = part.split("/")
+            if len(stats) == len(suffixes):
+                base = folder + key
+                for suffix, one in zip(suffixes[1:], stats[1:]):
+                    known.setdefault(base + suffix, one)
+
+
 def refresh_cache(plan: SyncPlan, store: Store, method: str) -> dict[str, list]:
     """The plan's cache, with the entries of the documents the build processed brought up to date:
     what their outputs (written after the plan was made) now say. Without this, the first plan
@@ -151,12 +178,22 @@ def plan_sync(
     a file with the same size and stamp (file_stamp) keeps its hash, and stored outputs whose files have the same
     size and mtime keep what they said; the result is the same as without it. Outputs whose files
     changed are checked (Store.document_problems): a damaged document is stale."""
+    return with_partitions(survey(corpus, store, method, previous, cache), existing)
+
+
+def survey(
+    corpus: Path,
+    store: Store,
+    method: str,
+    previous: Mapping[str, list] | None = None,
+    cache: Mapping[str, list] | None = None,
+) -> SyncPlan:
+    """plan_sync's work that does not depend on the partitions Dagster holds (a plan with nothing to
+    add, delete or order yet: see with_partitions). The build runs it in a second process beside its
+    start-up (ingest.plan_prefetch)."""
     cache = cache or {}
     known = previous or {k: v[:3] for k, v in cache.items()}
     files, states, errors = scan_states(corpus, known)
-    existing_set = set(existing)
-    to_add = [k for k in files if k not in existing_set and k in states]
-    to_delete = [k for k in existing if k not in files]
     stale = []
     new_cache: dict[str, list] = {}
     previous = previous or {}
@@ -173,6 +210,14 @@ def plan_sync(
             new_cache[key] = [*state.to_list(), sig, before]
         if before != state.hash:
             stale.append(key)
+    return SyncPlan(files, states, [], [], stale, [], errors, new_cache)
+
+
+def with_partitions(plan: SyncPlan, existing: list[str]) -> SyncPlan:
+    """`plan` (a survey) with what to add to and delete from the `existing` partitions, and their order."""
+    existing_set = set(existing)
+    to_add = [k for k in plan.files if k not in existing_set and k in plan.states]
+    to_delete = [k for k in existing if k not in plan.files]
     deleted = set(to_delete)
     order = [k for k in existing if k not in deleted] + to_add
-    return SyncPlan(files, states, to_add, to_delete, stale, order, errors, new_cache)
+    return SyncPlan(plan.files, plan.states, to_add, to_delete, plan.stale, order, plan.errors, plan.cache)

@@ -1,0 +1,126 @@
+"""The corpus survey a build starts in a second process (ingest.plan_prefetch) is the one the build
+would make itself, and the build falls back to its own whenever the second one cannot be used."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from graphrag_pipeline_tests.conftest import cli
+
+
+def _survey_both(corpus: Path, home: Path, method: str = "fast"):
+    from graphrag_pipeline.ingest.plan_prefetch import Prefetch, survey_home
+
+    child = Prefetch(corpus, home, method, True)
+    here = survey_home(corpus, home, method, True)
+    return here, child.take(corpus, home, method, True)
+
+
+def _same(a, b) -> None:
+    assert b is not None, "the second process gave no survey"
+    assert a.plan.stale == b.plan.stale
+    assert a.plan.errors == b.plan.errors
+    assert a.plan.cache == b.plan.cache
+    assert dict(a.plan.files) == dict(b.plan.files)
+    assert list(a.plan.files) == list(b.plan.files)  # the order the partitions are added in
+    assert dict(a.plan.states) == dict(b.plan.states)
+    assert (a.cache_changed, a.fresh) == (b.cache_changed, b.fresh)
+
+
+def test_the_second_process_surveys_what_the_build_would(home, corpus):
+    from graphrag_pipeline.ingest.corpus_sync import remember_output_stats
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import DOC_STATS, Store, sharing_doc_stats
+
+    here, there = _survey_both(corpus, home)  # nothing built: every document is to process
+    _same(here, there)
+    assert len(there.plan.stale) == len(there.plan.files) > 3
+
+    code, out = cli("build", "--method", "fast")
+    assert code == 0, out
+    docs = sorted(p for p in corpus.rglob("*") if p.is_file())
+    edited, removed = docs[0], docs[1]
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n\nA paragraph added by the test.\n", encoding="utf-8")
+    removed.unlink()
+    (corpus / "added-by-the-test.txt").write_text("Ada Lovelace met Charles Babbage in London.\n", encoding="utf-8")
+    (corpus / "unreadable.txt").write_text("x", encoding="utf-8")
+    os.chmod(corpus / "unreadable.txt", 0)
+    store = Store(Paths(home))
+    key = next(k for k in there.plan.files if there.plan.files[k].relpath == docs[2].relative_to(corpus).as_posix())
+    damaged = store.paths.doc_dir("chunks") / f"{key}.parquet"
+    with open(damaged, "r+b") as f:  # damaged in place: the plan must find it
+        f.seek(8)
+        f.write(b"\0" * 16)
+
+    here, there = _survey_both(corpus, home)
+    _same(here, there)
+    stale = {there.plan.files[k].relpath for k in there.plan.stale}
+    assert {edited.name, "added-by-the-test.txt", docs[2].name} <= {Path(s).name for s in stale}
+    assert there.cache_changed and there.fresh >= 3
+    if os.geteuid() != 0:  # (root reads any file)
+        assert any("unreadable.txt" in e for e in there.plan.errors.values())
+
+    # the stats it took are given to the merge as this process's own would be (tables, not info files)
+    with sharing_doc_stats():
+        DOC_STATS.alone = lambda: True
+        remember_output_stats(store, there.plan.cache, "fast")
+        other = next(k for k in there.plan.cache if k not in there.plan.stale)
+        for path in (
+            store.paths.doc_dir("doc_subgraph") / f"{other}.entities.parquet",
+            store.paths.doc_dir("chunks") / f"{other}.parquet",
+        ):
+            st = path.stat()
+            assert DOC_STATS.known[os.fspath(path)] == f"{st.st_size}:{st.st_mtime_ns}"
+        assert os.fspath(store.paths.doc_dir("chunks") / f"{other}.json") not in DOC_STATS.known
+
+
+def test_a_survey_asked_for_something_else_or_failed_is_not_used(home, corpus, tmp_path):
+    from graphrag_pipeline.ingest.plan_prefetch import Prefetch
+
+    child = Prefetch(corpus, home, "fast", True)
+    assert child.take(corpus, home, "light", True) is None  # the build chose another method
+    assert child.proc is None
+    child = Prefetch(corpus, home, "fast", True)
+    assert child.take(corpus, home, "fast", False) is None  # or was told not to use the plan cache
+    missing = tmp_path / "no-such-corpus"
+    child = Prefetch(missing, home, "fast", True)
+    assert child.take(missing, home, "fast", True) is None  # the survey failed in the child
+    child = Prefetch(corpus, home, "fast", True)
+    child.close()  # a build that stopped early
+    assert child.take(corpus, home, "fast", True) is None
+
+
+def test_a_build_takes_the_second_process_survey(home, corpus, monkeypatch):
+    from graphrag_pipeline.ingest import plan_prefetch
+
+    code, out = cli("build", "--method", "fast")
+    assert code == 0, out
+    taken = []
+    real = plan_prefetch.Prefetch.take
+
+    def take(self, *args):
+        found = real(self, *args)
+        taken.append(found)
+        return found
+
+    monkeypatch.setattr(plan_prefetch, "PREFETCH_MIN_CACHE_BYTES", 0)
+    monkeypatch.setattr(plan_prefetch.Prefetch, "take", take)
+    doc = sorted(p for p in corpus.rglob("*") if p.is_file())[0]
+    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nGrace Hopper visited Paris.\n", encoding="utf-8")
+    code, out = cli("build")
+    assert code == 0, out
+    assert len(taken) == 1 and taken[0] is not None
+    assert "0 new, 0 removed, 1 to process" in out
+    code, out = cli("build")
+    assert code == 0, out
+    assert len(taken) == 2 and taken[1] is not None
+    assert "everything is up to date" in out
+    code, out = cli("verify")
+    assert code == 0, out
+
+    # a home below the size: the build surveys itself
+    monkeypatch.setattr(plan_prefetch, "PREFETCH_MIN_CACHE_BYTES", 10**12)
+    code, out = cli("build")
+    assert code == 0 and "everything is up to date" in out, out
+    assert len(taken) == 2

@@ -863,7 +863,7 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
         knowledge_base,
         setting,
     )
-    from graphrag_pipeline.storage.files import TABLES, clean_temp_files, write_json
+    from graphrag_pipeline.storage.files import TABLES, clean_temp_files, remove_temp_files, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, write_home_record
     from graphrag_pipeline.storage.store import DOC_STATS, Store
     from graphrag_pipeline.storage.verify import downstream_problems, working_file_problems
@@ -871,8 +871,13 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
     args.cost_since = time.time()  # the ledger's rows from here on are this build's
-    for leftover in clean_temp_files(paths.home):
-        _say(f"removed a temporary file left by an interrupted build: {leftover}")
+
+    def say_removed(leftovers: list) -> None:
+        for leftover in leftovers:
+            _say(f"removed a temporary file left by an interrupted build: {leftover}")
+
+    if prefetch is None:  # (else the second process lists them beside its survey)
+        say_removed(clean_temp_files(paths.home))
     record = read_home_record(paths.home)
     try:
         chosen = _chosen_settings(args, record)
@@ -914,8 +919,11 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     use_cache = _use_plan_cache(args)
     surveyed = prefetch.take(corpus, paths.home, method, use_cache) if prefetch is not None else None
     if surveyed is not None:
+        say_removed(remove_temp_files(surveyed.temps))
         remember_output_stats(store, surveyed.plan.cache, method)  # the stats the second process took
     else:
+        if prefetch is not None:
+            say_removed(clean_temp_files(paths.home))
         surveyed = survey_home(corpus, paths.home, method, use_cache)
     plan = with_partitions(surveyed.plan, existing)
     for err in plan.errors.values():

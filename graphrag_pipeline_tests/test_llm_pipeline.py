@@ -417,6 +417,33 @@ def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_t
     )
 
 
+def test_a_document_chunked_again_whose_extraction_fails_keeps_its_previous_chunks_in_the_index(
+    server, fake, corpus, home, monkeypatch
+):
+    # the same content chunked otherwise (a smaller GRAPHRAG_CHUNK_TOKENS, then `--refresh stale`)
+    # gives new chunk ids; the extraction fails, the graph keeps what the old chunks gave: the index
+    # must keep the old chunks (the content hash alone does not tell them apart)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert _sources_not_in_chunks(home) == 0
+    monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "300")
+    original = fake.__call__
+    server.responder = _failing_when(fake, lambda prompt: "Wallace" in prompt)  # that document's chunks only
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "stale")
+    assert code != 0 and "darwin_and_wallace.txt" in out, out
+    assert _sources_not_in_chunks(home) == 0
+    entities = cli_json("query", "Who was Charles Darwin?", "--json")["entities"]
+    assert entities and all(e["sources"] for e in entities), entities
+    # the next build finds those documents' subgraphs behind their chunks and extracts them again
+    server.responder = original
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    assert "1 to process" in out, out
+    assert _sources_not_in_chunks(home) == 0
+    code, out = cli("verify")
+    assert code == 0, out
+
+
 def test_report_answers_on_the_wire_when_a_report_call_fails_are_in_the_ledger(server, fake, corpus, home, monkeypatch):
     # found by an exploratory run: the failed step recorded its usage while other report calls were
     # still on the wire; they were answered (paid, cached) and never counted by `stats`

@@ -108,9 +108,14 @@ def test_a_build_takes_the_second_process_survey(home, corpus, monkeypatch):
     monkeypatch.setattr(plan_prefetch.Prefetch, "take", take)
     doc = sorted(p for p in corpus.rglob("*") if p.is_file())[0]
     doc.write_text(doc.read_text(encoding="utf-8") + "\n\nGrace Hopper visited Paris.\n", encoding="utf-8")
+    leftover = home / "tables" / "chunks" / ".some.json.a1b2c3d4.tmp"  # an interrupted write's
+    leftover.write_text("{", encoding="utf-8")
     code, out = cli("build")
     assert code == 0, out
     assert len(taken) == 1 and taken[0] is not None
+    assert taken[0].temps == [(str(leftover), False)]  # listed by the second process, removed by the build
+    assert f"removed a temporary file left by an interrupted build: {leftover}" in out
+    assert not leftover.exists()
     assert "0 new, 0 removed, 1 to process" in out
     code, out = cli("build")
     assert code == 0, out

@@ -201,6 +201,8 @@ def doc_subgraph(
             sub.relations,
             {
                 "content_hash": infos[doc.key].get("content_hash"),
+                # the chunk table read (a document chunked again, whose extraction then failed, is found)
+                "chunks_checksum": (infos[doc.key].get("checksums") or {}).get(".parquet"),
                 "method": method,
                 "entities": sub.entities.height,
                 "relations": sub.relations.height,

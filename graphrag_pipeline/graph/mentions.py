@@ -46,7 +46,7 @@ from graphrag_pipeline.graph.merge import (
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA, empty_nodes, with_metrics
 from graphrag_pipeline.storage import sliced_graph
 from graphrag_pipeline.storage.files import TABLES, ParquetBundle
-from graphrag_pipeline.storage.store import CHUNK_ROWS
+from graphrag_pipeline.storage.store import CHUNK_ROWS, extracted_from_other_chunks
 
 SHARDS = 32
 # the rule merge.py merges by; a bundle written under another one is merged again from scratch
@@ -402,7 +402,7 @@ def extracted_from_other_contents(store, keys: list[str]) -> set[str]:
             chunks = store.chunk_info(key) if isinstance(sub, dict) else None
         except (OSError, ValueError):  # unreadable: the readers of the files say so
             continue
-        if isinstance(chunks, dict) and sub.get("content_hash") != chunks.get("content_hash"):
+        if isinstance(chunks, dict) and extracted_from_other_chunks(sub, chunks):
             out.add(key)
     return out
 

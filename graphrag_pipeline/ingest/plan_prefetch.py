@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,9 @@ class Survey:
     plan: SyncPlan
     cache_changed: bool  # the plan's cache differs from the stored one
     fresh: int  # entries of the cache that are new or changed (files hashed, outputs read)
+    # temporary files of interrupted writes the second process found under the home, for the build
+    # to remove (storage.files.remove_temp_files); the build that surveys itself has removed them before
+    temps: list[tuple[str, bool]] = field(default_factory=list)
 
 
 def corpus_cache_path(home: Path) -> Path:
@@ -72,7 +75,7 @@ def survey_home(corpus: Path, home: Path, method: str, use_cache: bool) -> Surve
 
 
 # -- the wire: columns of plain values, which pickle about ten times faster than 50,000 objects ---------
-_WIRE = 1
+_WIRE = 2
 
 
 def _to_wire(found: Survey) -> tuple:
@@ -94,6 +97,7 @@ def _to_wire(found: Survey) -> tuple:
         plan.stale,
         found.cache_changed,
         found.fresh,
+        found.temps,
     )
 
 
@@ -101,7 +105,7 @@ def _from_wire(wire: tuple) -> Survey:
     from graphrag_pipeline.ingest.corpus_sync import FileState, SyncPlan
     from graphrag_pipeline.ingest.documents import CorpusFile
 
-    version, keys, relpaths, fspaths, odd, cache_keys, columns, errors, stale, changed, fresh = wire
+    version, keys, relpaths, fspaths, odd, cache_keys, columns, errors, stale, changed, fresh, temps = wire
     if version != _WIRE:
         raise ValueError(f"survey format {version}")
     cache = {k: [h, n, st, sig, b] for k, h, n, st, sig, b in zip(cache_keys, *columns)}
@@ -115,7 +119,7 @@ def _from_wire(wire: tuple) -> Survey:
         return FileState(entry[0], entry[1], entry[2])
 
     plan = SyncPlan(_Rows(keys, file), _Rows(cache_keys, state), [], [], stale, [], errors, cache)
-    return Survey(plan, changed, fresh)
+    return Survey(plan, changed, fresh, temps)
 
 
 class _Rows(Mapping):
@@ -218,7 +222,11 @@ _CHILD = "import sys; from graphrag_pipeline.ingest.plan_prefetch import child; 
 
 def child() -> int:
     corpus, home, method, use_cache = pickle.loads(sys.stdin.buffer.read())
+    from graphrag_pipeline.storage.files import find_temp_files
+
+    temps = find_temp_files(Path(home))  # (listed only: the build removes them, holding the lock)
     result = survey_home(Path(corpus), Path(home), method, use_cache)
+    result.temps = temps
     data = pickle.dumps(_to_wire(result), protocol=pickle.HIGHEST_PROTOCOL)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()

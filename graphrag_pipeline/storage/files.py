@@ -676,10 +676,16 @@ def clean_temp_files(home: Path) -> list[Path]:
 
     Only names of `atomic_path`'s pattern are touched. Call it only while no other process writes
     to the home (the build lock): a live writer's temporary file would be removed too."""
-    removed: list[Path] = []
+    return remove_temp_files(find_temp_files(home))
+
+
+def find_temp_files(home: Path) -> list[tuple[str, bool]]:
+    """The temporary files of `atomic_path`'s pattern under `home`, each with whether it is a folder
+    (clean_temp_files removes them; a build's second process finds them beside its survey)."""
+    found: list[tuple[str, bool]] = []
     home = Path(home)
     if not home.is_dir():
-        return removed
+        return found
     # what os.walk(home) visits, with a name checked before anything else: the home holds a few files
     # per document, and only a hidden name can be a temporary file
     todo = [os.fspath(home)]
@@ -693,9 +699,9 @@ def clean_temp_files(home: Path) -> list[Path]:
                     name = entry.name
                     if name.startswith(".") and is_temp_file_name(name):
                         try:
-                            temps.append((name, entry.is_dir()))
+                            temps.append((entry.path, entry.is_dir()))
                         except OSError:
-                            temps.append((name, False))  # as os.walk: not a folder
+                            temps.append((entry.path, False))  # as os.walk: not a folder
                         continue
                     try:
                         if entry.is_dir(follow_symlinks=False):  # os.walk descends into no symlink
@@ -705,18 +711,24 @@ def clean_temp_files(home: Path) -> list[Path]:
         except OSError:
             continue  # a folder that cannot be listed (whole) is passed over, as os.walk does
         todo.extend(folders)
-        for name, is_dir in temps:
-            path = os.path.join(folder, name)
-            if is_dir:  # e.g. DuckDB's spill folder
-                shutil.rmtree(path, ignore_errors=True)
-                if not os.path.exists(path):
-                    removed.append(Path(path))
-                continue
-            try:
-                os.unlink(path)
-            except OSError:
-                continue  # gone already, or cannot remove it now (permissions): try again next time
-            removed.append(Path(path))
+        found.extend(temps)
+    return found
+
+
+def remove_temp_files(found: list[tuple[str, bool]]) -> list[Path]:
+    """Remove what find_temp_files found (what is gone already is not named); the removed, sorted."""
+    removed: list[Path] = []
+    for path, is_dir in found:
+        if is_dir:  # e.g. DuckDB's spill folder
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(Path(path))
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            continue  # gone already, or cannot remove it now (permissions): try again next time
+        removed.append(Path(path))
     return sorted(removed)
 
 

@@ -61,6 +61,21 @@ def with_chunk_columns(df: pl.DataFrame) -> pl.DataFrame:
     return (df.with_columns(missing) if missing else df).select(list(CHUNK_ROWS)).cast(CHUNK_ROWS)
 
 
+def extracted_from_other_chunks(subgraph_info: dict, chunk_info: dict) -> str | None:
+    """What a document's stored subgraph (its info record) was extracted from when that is not the
+    chunk table its chunk info describes; None when it is. Another content; or the same content
+    chunked otherwise since (another chunk size, then an extraction that failed): the subgraph
+    records the chunk table's checksum it read (subgraphs written before it did are judged by their
+    content only)."""
+    if subgraph_info.get("content_hash") != chunk_info.get("content_hash"):
+        return f"content {subgraph_info.get('content_hash')} (the chunks: {chunk_info.get('content_hash')})"
+    read = subgraph_info.get("chunks_checksum")
+    now = (chunk_info.get("checksums") or {}).get(".parquet") if isinstance(chunk_info.get("checksums"), dict) else None
+    if isinstance(read, str) and isinstance(now, str) and read != now:
+        return f"an earlier chunk table of the same content (checksum {read[:12]}, now {now[:12]})"
+    return None
+
+
 class DocStats:
     """The stats of documents' output files (see Store.joint_signatures) taken once by a build and
     shared by its stages while `sharing_doc_stats` is on: the plan stats every document's outputs,
@@ -288,11 +303,11 @@ class Store:
                     problems.append(found)
         chunks, sub = infos["chunks"], infos["doc_subgraph"]
         if chunks is not None and sub is not None:
-            if sub.get("content_hash") != chunks.get("content_hash"):
+            other = extracted_from_other_chunks(sub, chunks)
+            if other:
                 problems.append(
-                    f"{self._doc_file('doc_subgraph', key, '.json')} was extracted from content "
-                    f"{sub.get('content_hash')}, but {self._doc_file('chunks', key, '.json')} holds the chunks "
-                    f"of content {chunks.get('content_hash')}"
+                    f"{self._doc_file('doc_subgraph', key, '.json')} was extracted from {other}, not from the chunks "
+                    f"{self._doc_file('chunks', key, '.json')} describes"
                 )
             if method is not None and sub.get("method") != method:
                 problems.append(

@@ -391,6 +391,23 @@ def _sources_not_in_chunks(home) -> int:
         con.close()
 
 
+def _fails_on_darwin_then_recovers(server, fake, corpus, home, marker: str, *failing_args: str) -> str:
+    """A build whose extraction prompts holding `marker` (darwin_and_wallace.txt's) fail: it exits
+    non-zero naming the document, and no published entity cites a chunk the index lacks; then a
+    build with the endpoint recovered (its output returned)."""
+    original = fake.__call__
+    server.responder = _failing_when(fake, lambda prompt: marker in prompt)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", *failing_args)
+    assert code != 0 and "darwin_and_wallace.txt" in out, out
+    assert _sources_not_in_chunks(home) == 0
+    entities = cli_json("query", "Who was Charles Darwin?", "--json")["entities"]
+    assert entities and all(e["sources"] for e in entities), entities
+    server.responder = original
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    return out
+
+
 def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_the_index(server, fake, corpus, home):
     # found by an exploratory run: the edited document's new chunks were published while the graph
     # kept what its earlier text gave, so its entities cited chunks the index no longer had
@@ -400,17 +417,8 @@ def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_t
     doc = corpus / "darwin_and_wallace.txt"
     original_text = doc.read_text()
     doc.write_text(original_text + "\n\nIn 1860 Thomas Huxley debated Samuel Wilberforce at the Oxford museum.\n")
-    original = fake.__call__
-    server.responder = _failing_when(fake, lambda prompt: "Wilberforce" in prompt)
-    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
-    assert code != 0 and "darwin_and_wallace.txt" in out, out
-    assert _sources_not_in_chunks(home) == 0
-    entities = cli_json("query", "Who was Charles Darwin?", "--json")["entities"]
-    assert entities and all(e["sources"] for e in entities), entities
     # the endpoint recovers: the document's new chunks and what they give are published
-    server.responder = original
-    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
-    assert code == 0, out
+    out = _fails_on_darwin_then_recovers(server, fake, corpus, home, "Wilberforce")
     assert _sources_not_in_chunks(home) == 0
     assert "Wilberforce" in json.dumps(
         cli_json("query", "Who debated Samuel Wilberforce?", "--mode", "naive", "--json")
@@ -427,17 +435,9 @@ def test_a_document_chunked_again_whose_extraction_fails_keeps_its_previous_chun
     assert code == 0, out
     assert _sources_not_in_chunks(home) == 0
     monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "300")
-    original = fake.__call__
-    server.responder = _failing_when(fake, lambda prompt: "Wallace" in prompt)  # that document's chunks only
-    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "stale")
-    assert code != 0 and "darwin_and_wallace.txt" in out, out
-    assert _sources_not_in_chunks(home) == 0
-    entities = cli_json("query", "Who was Charles Darwin?", "--json")["entities"]
-    assert entities and all(e["sources"] for e in entities), entities
-    # the next build finds those documents' subgraphs behind their chunks and extracts them again
-    server.responder = original
-    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
-    assert code == 0, out
+    # (the failing build with `--refresh stale`); the next build finds the document's subgraph
+    # behind its chunks and extracts it again
+    out = _fails_on_darwin_then_recovers(server, fake, corpus, home, "Wallace", "--refresh", "stale")
     assert "1 to process" in out, out
     assert _sources_not_in_chunks(home) == 0
     code, out = cli("verify")

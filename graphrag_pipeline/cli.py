@@ -713,8 +713,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     except HomeBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BUSY
-    prefetch = _start_survey(args, paths)  # beside the imports and the instance's set-up below
+    prefetch = None
     try:
+        prefetch = _start_survey(args, paths)  # beside the imports and the instance's set-up below
         interrupts.install()
         from graphrag_pipeline.defs.instance_ops import install_sleeping_slot_wait
 
@@ -737,8 +738,6 @@ def cmd_build(args: argparse.Namespace) -> int:
             ):
                 return _build(args, paths, prefetch)
         finally:
-            if prefetch is not None:
-                prefetch.close()
             _remote_push()  # the CLI's own files (state, the home record): also after a failed build
     except interrupts.Stop as exc:
         from graphrag_pipeline.llm.client import cancel_all_clients
@@ -778,6 +777,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         return 1
     finally:
         interrupts.uninstall()
+        if prefetch is not None:
+            _close_survey(prefetch, paths)
         lock.release()
 
 
@@ -800,17 +801,31 @@ def _start_survey(args: argparse.Namespace, paths: Paths):
     if _REMOTE:
         return None
     from graphrag_pipeline.ingest.plan_prefetch import PREFETCH_MIN_CACHE_BYTES, Prefetch, corpus_cache_path
-    from graphrag_pipeline.storage.home import SettingsConflict, read_home_record
+    from graphrag_pipeline.storage.home import read_home_record
 
     try:
         if corpus_cache_path(paths.home).stat().st_size < PREFETCH_MIN_CACHE_BYTES:
             return None
         chosen = _chosen_settings(args, read_home_record(paths.home))
-    except (OSError, ValueError, SettingsConflict):
-        return None  # _build says what is wrong
+    except Exception:  # noqa: BLE001 - SettingsConflict, a bad setting, an unreadable home: _build says what is wrong
+        return None
     if not chosen.corpus.is_dir():
         return None
-    return Prefetch(chosen.corpus, paths.home, chosen.method, _use_plan_cache(args))
+    return Prefetch(chosen.corpus, paths.home, chosen.method, _use_plan_cache(args))  # (never raises)
+
+
+def _close_survey(prefetch, paths: Paths) -> None:
+    """Stop the survey's process if it still runs; a build that ended before it took the survey
+    (an error, a stop) removes the temporary files of interrupted writes as it would have at its start."""
+    prefetch.close()
+    if not prefetch.temps_handled:
+        from graphrag_pipeline.storage.files import clean_temp_files
+
+        try:
+            for leftover in clean_temp_files(paths.home):
+                _say(f"removed a temporary file left by an interrupted build: {leftover}")
+        except OSError:
+            pass  # the next build tries again
 
 
 def _chosen_settings(args: argparse.Namespace, record):
@@ -925,6 +940,8 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
         if prefetch is not None:
             say_removed(clean_temp_files(paths.home))
         surveyed = survey_home(corpus, paths.home, method, use_cache)
+    if prefetch is not None:
+        prefetch.temps_handled = True
     plan = with_partitions(surveyed.plan, existing)
     for err in plan.errors.values():
         _say(f"  warning: cannot read {err}")

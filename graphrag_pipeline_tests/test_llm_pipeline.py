@@ -11,7 +11,7 @@ import pytest
 
 from graphrag_pipeline.extract.llm import loop_logit_bias
 from graphrag_pipeline_tests.conftest import cli, cli_json
-from graphrag_pipeline_tests.fake_llm import FakeLLM, _text_of, classify, records_for
+from graphrag_pipeline_tests.fake_llm import KINDS, FakeLLM, _text_of, classify, records_for
 from graphrag_pipeline_tests.llm_server import Reply, ScriptedLLMServer
 
 SECRET = "test-key-SECRET-do-not-leak"
@@ -394,18 +394,19 @@ def _sources_not_in_chunks(home) -> int:
 def _fails_on_darwin_then_recovers(server, fake, corpus, home, marker: str, *failing_args: str) -> str:
     """A build whose extraction prompts holding `marker` (darwin_and_wallace.txt's) fail: it exits
     non-zero naming the document, and no published entity cites a chunk the index lacks; then a
-    build with the endpoint recovered (its output returned)."""
+    build with the endpoint recovered (the outputs of both returned)."""
     original = fake.__call__
-    server.responder = _failing_when(fake, lambda prompt: marker in prompt)
+    extraction = KINDS["light_extract"]
+    server.responder = _failing_when(fake, lambda prompt: marker in prompt and extraction in prompt)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light", *failing_args)
     assert code != 0 and "darwin_and_wallace.txt" in out, out
     assert _sources_not_in_chunks(home) == 0
     entities = cli_json("query", "Who was Charles Darwin?", "--json")["entities"]
     assert entities and all(e["sources"] for e in entities), entities
     server.responder = original
-    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
-    assert code == 0, out
-    return out
+    code, recovered = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, recovered
+    return out, recovered
 
 
 def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_the_index(server, fake, corpus, home):
@@ -418,7 +419,7 @@ def test_an_edit_whose_extraction_fails_keeps_the_documents_previous_chunks_in_t
     original_text = doc.read_text()
     doc.write_text(original_text + "\n\nIn 1860 Thomas Huxley debated Samuel Wilberforce at the Oxford museum.\n")
     # the endpoint recovers: the document's new chunks and what they give are published
-    out = _fails_on_darwin_then_recovers(server, fake, corpus, home, "Wilberforce")
+    _, out = _fails_on_darwin_then_recovers(server, fake, corpus, home, "Wilberforce")
     assert _sources_not_in_chunks(home) == 0
     assert "Wilberforce" in json.dumps(
         cli_json("query", "Who debated Samuel Wilberforce?", "--mode", "naive", "--json")
@@ -435,9 +436,12 @@ def test_a_document_chunked_again_whose_extraction_fails_keeps_its_previous_chun
     assert code == 0, out
     assert _sources_not_in_chunks(home) == 0
     monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "300")
-    # (the failing build with `--refresh stale`); the next build finds the document's subgraph
-    # behind its chunks and extracts it again
-    out = _fails_on_darwin_then_recovers(server, fake, corpus, home, "Wallace", "--refresh", "stale")
+    # (no breaker: the other documents go on, and the failing build publishes the index)
+    monkeypatch.setenv("GRAPHRAG_LLM_BREAKER", "1000")
+    monkeypatch.setenv("GRAPHRAG_LLM_MAX_RETRIES", "0")
+    failed, out = _fails_on_darwin_then_recovers(server, fake, corpus, home, "Wallace", "--refresh", "stale")
+    assert "search_index (" in failed, failed  # published, with the old chunks of that document kept
+    # the next build finds the document's subgraph behind its chunks and extracts it again
     assert "1 to process" in out, out
     assert _sources_not_in_chunks(home) == 0
     code, out = cli("verify")

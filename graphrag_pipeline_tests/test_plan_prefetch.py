@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from graphrag_pipeline_tests.conftest import cli
 
 
@@ -75,20 +77,65 @@ def test_the_second_process_surveys_what_the_build_would(home, corpus):
         assert os.fspath(store.paths.doc_dir("chunks") / f"{other}.json") not in DOC_STATS.known
 
 
-def test_a_survey_asked_for_something_else_or_failed_is_not_used(home, corpus, tmp_path):
+def test_a_survey_asked_for_something_else_or_failed_is_not_used(home, corpus, tmp_path, monkeypatch):
+    import signal
+
+    from graphrag_pipeline import interrupts
+    from graphrag_pipeline.ingest import plan_prefetch
     from graphrag_pipeline.ingest.plan_prefetch import Prefetch
 
-    child = Prefetch(corpus, home, "fast", True)
-    assert child.take(corpus, home, "light", True) is None  # the build chose another method
-    assert child.proc is None
-    child = Prefetch(corpus, home, "fast", True)
-    assert child.take(corpus, home, "fast", False) is None  # or was told not to use the plan cache
+    def used(child: Prefetch, *asked) -> object:
+        proc = child.proc
+        assert proc is not None
+        found = child.take(*asked)
+        assert proc.returncode is not None and child.proc is None  # stopped and reaped, whatever the outcome
+        return found
+
+    assert used(Prefetch(corpus, home, "fast", True), corpus, home, "light", True) is None  # another method chosen
+    assert used(Prefetch(corpus, home, "fast", True), corpus, home, "fast", False) is None  # no plan cache
     missing = tmp_path / "no-such-corpus"
-    child = Prefetch(missing, home, "fast", True)
-    assert child.take(missing, home, "fast", True) is None  # the survey failed in the child
+    assert used(Prefetch(missing, home, "fast", True), missing, home, "fast", True) is None  # failed in the child
     child = Prefetch(corpus, home, "fast", True)
     child.close()  # a build that stopped early
     assert child.take(corpus, home, "fast", True) is None
+    # file names decoded otherwise than here give other keys: not used
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_prefetch.sys, "getfilesystemencodeerrors", lambda: "strict")
+        assert used(Prefetch(corpus, home, "fast", True), corpus, home, "fast", True) is None
+
+    # a stop signal while the build waits goes on to the build, with the child stopped
+    child = Prefetch(corpus, home, "fast", True)
+    proc = child.proc
+
+    class Stopped:
+        def read(self):
+            raise interrupts.Stop(signal.SIGINT)
+
+        def close(self):
+            pass
+
+    real_stdout, proc.stdout = proc.stdout, Stopped()
+    try:
+        child.take(corpus, home, "fast", True)
+    except interrupts.Stop:
+        pass
+    else:
+        raise AssertionError("the stop was swallowed")
+    finally:
+        real_stdout.close()
+    assert proc.returncode is not None
+
+
+def test_the_second_process_does_not_import_from_the_current_folder(home, corpus, tmp_path, monkeypatch):
+    from graphrag_pipeline.ingest.plan_prefetch import Prefetch
+
+    here = tmp_path / "cwd"
+    here.mkdir()
+    marker = tmp_path / "imported"
+    (here / "pickle.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n", encoding="utf-8")
+    monkeypatch.chdir(here)
+    found = Prefetch(corpus, home, "fast", True).take(corpus, home, "fast", True)
+    assert found is not None and not marker.exists()
 
 
 def test_a_build_takes_the_second_process_survey(home, corpus, monkeypatch):
@@ -123,6 +170,20 @@ def test_a_build_takes_the_second_process_survey(home, corpus, monkeypatch):
     assert "everything is up to date" in out
     code, out = cli("verify")
     assert code == 0, out
+
+    # a survey that cannot be used: the build cleans and surveys itself
+    monkeypatch.setattr(plan_prefetch.Prefetch, "take", lambda self, *a: self.close())
+    leftover.write_text("{", encoding="utf-8")
+    code, out = cli("build")
+    assert code == 0 and "everything is up to date" in out, out
+    assert f"removed a temporary file left by an interrupted build: {leftover}" in out and not leftover.exists()
+    # a build that ends before it takes the survey still removes them
+    leftover.write_text("{", encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("graphrag_pipeline.defs.partitions.loaded_for_current_kb", lambda: "a problem of the test")
+        code, out = cli("build")
+    assert code == 2 and not leftover.exists(), out
+    monkeypatch.setattr(plan_prefetch.Prefetch, "take", take)
 
     # a home below the size: the build surveys itself
     monkeypatch.setattr(plan_prefetch, "PREFETCH_MIN_CACHE_BYTES", 10**12)

@@ -45,6 +45,8 @@ class Survey:
     # temporary files of interrupted writes the second process found under the home, for the build
     # to remove (storage.files.remove_temp_files); the build that surveys itself has removed them before
     temps: list[tuple[str, bool]] = field(default_factory=list)
+    # how the surveying process decoded file names (the partition keys are made from them)
+    encoding: tuple[str, str] = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
 
 
 def corpus_cache_path(home: Path) -> Path:
@@ -75,7 +77,7 @@ def survey_home(corpus: Path, home: Path, method: str, use_cache: bool) -> Surve
 
 
 # -- the wire: columns of plain values, which pickle about ten times faster than 50,000 objects ---------
-_WIRE = 2
+_WIRE = 3
 
 
 def _to_wire(found: Survey) -> tuple:
@@ -98,6 +100,7 @@ def _to_wire(found: Survey) -> tuple:
         found.cache_changed,
         found.fresh,
         found.temps,
+        found.encoding,
     )
 
 
@@ -105,7 +108,7 @@ def _from_wire(wire: tuple) -> Survey:
     from graphrag_pipeline.ingest.corpus_sync import FileState, SyncPlan
     from graphrag_pipeline.ingest.documents import CorpusFile
 
-    version, keys, relpaths, fspaths, odd, cache_keys, columns, errors, stale, changed, fresh, temps = wire
+    version, keys, relpaths, fspaths, odd, cache_keys, columns, errors, stale, changed, fresh, temps, encoding = wire
     if version != _WIRE:
         raise ValueError(f"survey format {version}")
     cache = {k: [h, n, st, sig, b] for k, h, n, st, sig, b in zip(cache_keys, *columns)}
@@ -119,7 +122,7 @@ def _from_wire(wire: tuple) -> Survey:
         return FileState(entry[0], entry[1], entry[2])
 
     plan = SyncPlan(_Rows(keys, file), _Rows(cache_keys, state), [], [], stale, [], errors, cache)
-    return Survey(plan, changed, fresh, temps)
+    return Survey(plan, changed, fresh, temps, tuple(encoding))
 
 
 class _Rows(Mapping):
@@ -161,8 +164,10 @@ class Prefetch:
         here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env["PYTHONPATH"]) if p)
         try:
+            # -P: not the current folder first on the child's path (a stray `pickle.py` there);
+            # this interpreter's flags (-X utf8 changes how file names decode, hence the keys)
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD],
+                [sys.executable, "-P", *_interpreter_flags(), "-c", _CHILD],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -172,8 +177,9 @@ class Prefetch:
             assert self.proc.stdin is not None
             self.proc.stdin.write(pickle.dumps(self.request))
             self.proc.stdin.close()
-        except OSError:
+        except (OSError, TypeError, ValueError):  # (TypeError: no sys.executable)
             self.close()
+        self.temps_handled = False  # set by the build once it removed (or cleaned) temporary files
 
     def take(self, corpus: Path, home: Path, method: str, use_cache: bool) -> Survey | None:
         """The child's survey when it was asked exactly this and succeeded; else None (and the child
@@ -190,15 +196,25 @@ class Prefetch:
             code = proc.wait()
             if code != 0 or not data:
                 return None
-            return _from_wire(pickle.loads(data))
-        except Exception:  # noqa: BLE001 - whatever went wrong in the child, the build surveys itself
-            _stop(proc)
+            found = _from_wire(pickle.loads(data))
+        except (OSError, EOFError, ValueError, TypeError, pickle.UnpicklingError):  # the build surveys itself
             return None
+        finally:  # (a stop signal while waiting goes on to the build, with the child stopped)
+            _stop(proc)
+        same = found.encoding == (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+        return found if same else None  # (keys are made from decoded file names)
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             _stop(proc)
+
+
+def _interpreter_flags() -> list[str]:
+    try:  # (what multiprocessing passes to the interpreters it starts)
+        return list(subprocess._args_from_interpreter_flags())  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a Python without it: the encoding check in `take` still holds
+        return []
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -822,10 +822,14 @@ def _close_survey(prefetch, paths: Paths) -> None:
         from graphrag_pipeline.storage.files import clean_temp_files
 
         try:
-            for leftover in clean_temp_files(paths.home):
-                _say(f"removed a temporary file left by an interrupted build: {leftover}")
+            _say_removed(clean_temp_files(paths.home))
         except OSError:
             pass  # the next build tries again
+
+
+def _say_removed(leftovers: list) -> None:
+    for leftover in leftovers:
+        _say(f"removed a temporary file left by an interrupted build: {leftover}")
 
 
 def _chosen_settings(args: argparse.Namespace, record):
@@ -886,13 +890,8 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
     args.cost_since = time.time()  # the ledger's rows from here on are this build's
-
-    def say_removed(leftovers: list) -> None:
-        for leftover in leftovers:
-            _say(f"removed a temporary file left by an interrupted build: {leftover}")
-
     if prefetch is None:  # (else the second process lists them beside its survey)
-        say_removed(clean_temp_files(paths.home))
+        _say_removed(clean_temp_files(paths.home))
     record = read_home_record(paths.home)
     try:
         chosen = _chosen_settings(args, record)
@@ -926,7 +925,7 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     if not _REMOTE:  # (a remote home's steps pull files into the working copy themselves)
         # the stages use the plan's stats of the documents' files while no other run can have written them
         # (counted from when the survey, in the second process, began its stats)
-        since = min(time.time(), prefetch.started) if prefetch is not None else time.time()
+        since = prefetch.started if prefetch is not None else time.time()
         DOC_STATS.alone = alone_since(instance, datetime.fromtimestamp(since, UTC) - timedelta(seconds=1))
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     corpus_cache = corpus_cache_path(paths.home)
@@ -934,11 +933,11 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     use_cache = _use_plan_cache(args)
     surveyed = prefetch.take(corpus, paths.home, method, use_cache) if prefetch is not None else None
     if surveyed is not None:
-        say_removed(remove_temp_files(surveyed.temps))
+        _say_removed(remove_temp_files(surveyed.temps))
         remember_output_stats(store, surveyed.plan.cache, method)  # the stats the second process took
     else:
         if prefetch is not None:
-            say_removed(clean_temp_files(paths.home))
+            _say_removed(clean_temp_files(paths.home))
         surveyed = survey_home(corpus, paths.home, method, use_cache)
     if prefetch is not None:
         prefetch.temps_handled = True

@@ -77,13 +77,12 @@ def survey_home(corpus: Path, home: Path, method: str, use_cache: bool) -> Surve
 
 
 # -- the wire: columns of plain values, which pickle about ten times faster than 50,000 objects ---------
-_WIRE = 3
+_WIRE = 4
 
 
 def _to_wire(found: Survey) -> tuple:
     plan = found.plan
-    files = list(plan.files.values())
-    odd = {f.key: f for f in files if not f.fspath}  # (a name kept as bytes: sent as it is)
+    files = list(plan.files.values())  # (scan_corpus sets every fspath; an undecodable name travels escaped)
     cache = plan.cache
     assert all(len(v) == 5 for v in cache.values()) and len(cache) == len(plan.states)
     columns = tuple([v[i] for v in cache.values()] for i in range(5))
@@ -92,7 +91,6 @@ def _to_wire(found: Survey) -> tuple:
         [f.key for f in files],
         [f.relpath for f in files],
         [f.fspath for f in files],
-        odd,
         list(cache),
         columns,
         plan.errors,
@@ -108,14 +106,13 @@ def _from_wire(wire: tuple) -> Survey:
     from graphrag_pipeline.ingest.corpus_sync import FileState, SyncPlan
     from graphrag_pipeline.ingest.documents import CorpusFile
 
-    version, keys, relpaths, fspaths, odd, cache_keys, columns, errors, stale, changed, fresh, temps, encoding = wire
+    version, keys, relpaths, fspaths, cache_keys, columns, errors, stale, changed, fresh, temps, encoding = wire
     if version != _WIRE:
         raise ValueError(f"survey format {version}")
     cache = {k: [h, n, st, sig, b] for k, h, n, st, sig, b in zip(cache_keys, *columns)}
 
     def file(i: int) -> CorpusFile:
-        key = keys[i]
-        return odd.get(key) or CorpusFile(key, relpaths[i], None, fspaths[i])
+        return CorpusFile(keys[i], relpaths[i], None, fspaths[i])
 
     def state(i: int) -> FileState:
         entry = cache[cache_keys[i]]
@@ -157,12 +154,10 @@ class Prefetch:
         self.request = (str(corpus), str(home), method, use_cache)
         self.started = time.time()  # the child's stats are taken after this
         self.proc: subprocess.Popen | None = None
-        env = dict(os.environ)
-        env.setdefault("PYTHONPATH", "")
         # the child imports this package the way this process did (an installed package, or a
         # source tree on sys.path)
         here = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env["PYTHONPATH"]) if p)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
         try:
             # -P: not the current folder first on the child's path (a stray `pickle.py` there);
             # this interpreter's flags (-X utf8 changes how file names decode, hence the keys)

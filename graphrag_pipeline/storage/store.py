@@ -70,7 +70,8 @@ def extracted_from_other_chunks(subgraph_info: dict, chunk_info: dict) -> str | 
     if subgraph_info.get("content_hash") != chunk_info.get("content_hash"):
         return f"content {subgraph_info.get('content_hash')} (the chunks: {chunk_info.get('content_hash')})"
     read = subgraph_info.get("chunks_checksum")
-    now = (chunk_info.get("checksums") or {}).get(".parquet") if isinstance(chunk_info.get("checksums"), dict) else None
+    checksums = chunk_info.get("checksums")
+    now = checksums.get(".parquet") if isinstance(checksums, dict) else None
     if isinstance(read, str) and isinstance(now, str) and read != now:
         return f"an earlier chunk table of the same content (checksum {read[:12]}, now {now[:12]})"
     return None

@@ -411,6 +411,22 @@ def test_embed_normalised_rows_in_order_batched_and_cached(llm_server, kv):
     assert len(llm_server.embedding_requests) == 4  # the model is part of the key
 
 
+def test_embeddings_cost_nothing_on_a_server_declared_free_and_stay_unpriced_otherwise(llm_server):
+    from graphrag_pipeline.llm.pricing import pricing_for
+
+    free = {"GRAPHRAG_PRICE_INPUT_PER_MTOK": "0", "GRAPHRAG_PRICE_OUTPUT_PER_MTOK": "0"}
+    client = client_for(llm_server, embedding_model="test-embed", pricing=pricing_for("test-model", None, free))
+    client.embed(["one text", "another text"])
+    usage = client.usage_snapshot()
+    assert usage.calls == 1 and usage.unpriced_calls == 0 and usage.cost_usd == 0
+    # a chat price that is not 0: the table or the overrides price the chat model only
+    paid = {"GRAPHRAG_PRICE_INPUT_PER_MTOK": "0", "GRAPHRAG_PRICE_OUTPUT_PER_MTOK": "2"}
+    for pricing in (pricing_for("test-model", None, paid), pricing_for("test-model", llm_server.base_url, {})):
+        client = client_for(llm_server, embedding_model="test-embed", pricing=pricing)
+        client.embed(["a third text"])
+        assert client.usage_snapshot().unpriced_calls == 1
+
+
 def test_embed_cuts_texts_and_requests_to_the_endpoint_limits(llm_server, kv):
     # the endpoint enforces OpenAI's limits: 8,191 tokens per input, 300,000 per request
     llm_server.embedding_input_limit, llm_server.embedding_request_limit = 8191, 300_000

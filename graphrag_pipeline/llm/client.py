@@ -471,8 +471,9 @@ class LLMClient:
         truncated: bool = False,
     ) -> float:
         """Count usage; returns the calls' cost at the chat model's price (``priced=False``: calls
-        whose price is not known here, e.g. embeddings, counted as unpriced)."""
-        price = self.pricing.price if priced else None
+        whose price is not known here, e.g. embeddings, counted as unpriced - unless the overrides
+        declare the server free, then they cost 0)."""
+        price = self.pricing.price if (priced or self.pricing.free) else None
         cost = price.cost(prompt_tokens, completion_tokens) if (calls and price is not None) else 0.0
         with self._lock:
             self.usage.calls += calls

@@ -18,6 +18,7 @@ from graphrag_pipeline.settings import Env, setting
 
 OPENAI_API_URL = "https://api.openai.com/v1"
 _MTOK = 1_000_000
+_OVERRIDE_SOURCE = "GRAPHRAG_PRICE_INPUT_PER_MTOK / GRAPHRAG_PRICE_OUTPUT_PER_MTOK"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,17 @@ class Pricing:
     def describe(self) -> str:
         return self.price.describe() if self.price else f"unknown: {self.unknown_reason}"
 
+    @property
+    def free(self) -> bool:
+        """Both rates set to 0 by the GRAPHRAG_PRICE_* overrides: a free (local) server, where every
+        call - embeddings too - costs 0 rather than an unknown price."""
+        return (
+            self.price is not None
+            and self.price.source == _OVERRIDE_SOURCE
+            and self.price.input_per_mtok == 0
+            and self.price.output_per_mtok == 0
+        )
+
 
 def _from_table(model: str, base_url: str | None) -> Price | None:
     from genai_prices import Usage, calc_price
@@ -75,7 +87,7 @@ def pricing_for(model: str, base_url: str | None, env: Env | None = None) -> Pri
     inp = setting("GRAPHRAG_PRICE_INPUT_PER_MTOK", env)
     out = setting("GRAPHRAG_PRICE_OUTPUT_PER_MTOK", env)
     if inp is not None and out is not None:
-        return Pricing(model, Price(inp, out, "GRAPHRAG_PRICE_INPUT_PER_MTOK / GRAPHRAG_PRICE_OUTPUT_PER_MTOK"))
+        return Pricing(model, Price(inp, out, _OVERRIDE_SOURCE))
     price = _table_price(model, base_url.rstrip("/") if base_url else None)
     if price is not None:
         return Pricing(model, price)

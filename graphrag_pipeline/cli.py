@@ -173,7 +173,8 @@ class _SaidByTheCli(logging.Filter):
     with its stack trace (printed for the step, then again for the run; for the run also when a
     signal stopped it) and the steps skipped after it. `_run_job` names each failed step with its
     error in one line; the trace stays in the run's event log (the Dagster UI) and `build -v`
-    prints it."""
+    prints it. Also the chunks step's warnings about skipped or cut documents: `_run_job` prints
+    them from the step's notices, once each (a range's run has them on every partition)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         meta = getattr(record, "dagster_meta", None)
@@ -183,6 +184,9 @@ class _SaidByTheCli(logging.Filter):
             return False
         if kind == "PIPELINE_FAILURE" and interrupts.requested():
             return False  # stopped by a signal: the build says so in one line ("build stopped by SIGINT")
+        step = (meta.get("step_key") if isinstance(meta, dict) else None) or ""
+        if record.levelno == logging.WARNING and step.endswith("chunks") and event is None:
+            return False  # a skipped or cut document: `_run_job` prints the chunks' notices, once each
         return not (record.levelno >= logging.ERROR and str(record.msg).endswith("Not executing."))
 
 
@@ -265,8 +269,10 @@ def _run_job(
             for n in ev.event_specific_data.materialization.metadata["notices"].value
         }.values()
     )
+    from graphrag_pipeline.ingest.document_chunks import document_note
+
     for n in notices[:20]:
-        _say(f"  warning: {n['document']}: {n['note']}")
+        _say(f"  warning: {document_note(n['document'], n['note'])}")
     if len(notices) > 20:
         _say(f"  warning: ... and {len(notices) - 20} more skipped or truncated documents (see the chunks metadata)")
     causes: dict[str, str] = {}

@@ -348,9 +348,11 @@ def test_settings_are_checked_before_anything_runs(home, corpus, monkeypatch, ca
     assert not (home / "dagster" / "runs.db").exists()
 
 
-def test_leftovers_truncation_and_disk_errors_are_said_plainly(home, corpus, monkeypatch):
+def test_leftovers_truncation_and_disk_errors_are_said_plainly(home, corpus, monkeypatch, capfd):
     big = "Ada Lovelace wrote notes on the Analytical Engine of Charles Babbage. " * 2000
     (corpus / "huge.txt").write_text(big, encoding="utf-8")
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / "blob.txt").write_bytes(bytes(range(256)) * 20)
     monkeypatch.setenv("GRAPHRAG_MAX_DOCUMENT_BYTES", "50000")
     leftover = home / "tables" / "chunks" / ".darwin.parquet.a1b2c3d4.parquet.tmp"
     leftover.parent.mkdir(parents=True)
@@ -358,9 +360,14 @@ def test_leftovers_truncation_and_disk_errors_are_said_plainly(home, corpus, mon
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
     assert code == 0, out
     assert "removed a temporary file left by an interrupted build" in out and not leftover.exists()
-    assert "warning: huge.txt:" in out and "50,000" in out  # the truncation is shown, not only logged
-    # once, though the run's 8 document partitions each record the batch's notices
-    assert out.count("warning: huge.txt:") == 1 and "more skipped or truncated" not in out, out
+    # the truncation is shown, not only logged: once, though each of the run's document partitions
+    # records the batch's notices, and naming the file once ("huge.txt is 140,000 bytes; ...")
+    assert "warning: huge.txt is 140,000 bytes" in out and "first 50,000 bytes" in out, out
+    assert out.count("huge.txt") == 1 and "more skipped or truncated" not in out, out
+    # named once, by its path in the corpus; and not again by Dagster's console logger
+    assert "warning: sub/blob.txt skipped: binary content" in out, out
+    err = capfd.readouterr().err
+    assert "huge.txt" not in err and "blob.txt" not in err, err
     from graphrag_pipeline.cli import _plain_error
 
     assert _plain_error("OSError: [Errno 28] No space left on device").startswith("disk full")

@@ -28,6 +28,16 @@ class ChunkedDocument:
     log: list[tuple[str, str]] = field(default_factory=list)  # (level "info"/"warning", message)
 
 
+def document_note(document: str, note: str) -> str:
+    """A note about a document as one line that names it once: a note that begins with the file's
+    name ("a.txt skipped: binary content") gets the document's corpus path in place of the name,
+    any other note the path in front ("docs/a.txt: ...")."""
+    name = document.rsplit("/", 1)[-1]
+    if name and note.startswith(name) and note[len(name) : len(name) + 1] in (" ", ":"):
+        return document + note[len(name) :]
+    return f"{document}: {note}"
+
+
 def chunk_place(sections: list, start: int, end: int) -> tuple[int | None, int | None, str | None]:
     """(first page, last page, section label) of the text [start, end) of a document whose
     `sections` (formats.Section, by offset) say where pages and labels begin; all None without any.
@@ -70,7 +80,9 @@ def chunk_document(
     doc = read_document(f.path, max_document_bytes)
     log = []
     if doc.message:
-        log.append(("warning" if not doc.usable else "info", f"{f.relpath}: {doc.message}"))
+        # a skipped or cut document is a warning (the build prints it once, from the metadata's notices)
+        level = "warning" if not doc.usable or doc.status == "truncated" else "info"
+        log.append((level, document_note(f.relpath, doc.message)))
     pieces = chunk_text(doc.text, chunk_tokens, chunk_overlap) if doc.usable else []
     places = [chunk_place(doc.sections, c.start, c.end) for c in pieces]
     df = pl.DataFrame(
@@ -108,5 +120,4 @@ def chunk_document(
         out.skipped = doc.message
     elif doc.status == "truncated":
         out.truncated = doc.message
-        log.append(("warning", f"{f.relpath}: {doc.message}"))
     return out

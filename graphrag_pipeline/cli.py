@@ -1342,8 +1342,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(stats))
     else:
         for k, v in stats.items():
-            _say(f"{k:>18}: {v}")
+            _say(f"{k:>18}: {_usage_line(v) if isinstance(v, dict) else v}")
     return 1 if "error" in stats else 0
+
+
+def _usage_line(llm: dict) -> str:
+    """The ledger's totals as a line: `12 calls (30 from the cache), 4,500 prompt + 900 completion
+    tokens, $0.0123` (with the calls made at an unknown price, or "cost unknown" when all were)."""
+    from graphrag_pipeline.llm.usage import LLMUsage
+
+    usage = LLMUsage(**{k: v for k, v in llm.items() if k in LLMUsage.__dataclass_fields__})
+    return (
+        f"{usage.calls:,} call{'' if usage.calls == 1 else 's'} ({usage.cache_hits:,} from the cache), "
+        f"{usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion tokens, {usage.describe_cost()}"
+    )
 
 
 def cmd_query(args: argparse.Namespace) -> int:

@@ -153,7 +153,9 @@ def test_stats_and_query_on_a_read_only_home(ro_home):
         "unpriced_calls": 0,
     }
     proc = cli_reader(ro_home, "stats")
-    assert proc.returncode == 0 and "calls" in proc.stdout and "unavailable" not in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "unavailable" not in proc.stdout, proc.stderr
+    line = "llm: 10 calls (3 from the cache), 1,500 prompt + 500 completion tokens, $0.0000"
+    assert line in proc.stdout, proc.stdout
 
     for mode in ("local", "global", "naive"):
         proc = cli_reader(ro_home, "query", QUESTION, "--mode", mode, "--json")

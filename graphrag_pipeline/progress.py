@@ -31,6 +31,10 @@ class Reporter:
     def advance(self, task: str, n: int = 1) -> None:
         """``n`` more of ``task`` done."""
 
+    def done(self, task: str, items) -> None:
+        """These ``items`` (names) of ``task`` are done; an item counts once per start of the task,
+        though a step retried by Dagster reports it again."""
+
     def finish(self, task: str) -> None:
         """``task`` is over (done, failed or stopped): it is no longer shown."""
 
@@ -73,6 +77,11 @@ def advance(task: str, n: int = 1) -> None:
         _current.advance(task, n)
 
 
+def done(task: str, items) -> None:
+    if items:
+        _current.done(task, items)
+
+
 def finish(task: str) -> None:
     _current.finish(task)
 
@@ -106,6 +115,7 @@ class _Task:
     step: str | None = None  # the step it was started in: it ends with that step at the latest
     done: int = 0
     samples: deque = field(default_factory=deque)  # (time, done), at most one a second, for the rate
+    items: set = field(default_factory=set)  # what `done` counted: each once
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,17 @@ class Tracker(Reporter):
                 now = self._clock()
                 t = self._tasks[task] = _Task(None, "", task, now, samples=deque([(now, 0)]))
             t.done += n
+
+    def done(self, task: str, items) -> None:
+        with self._lock:
+            t = self._tasks.get(task)
+            if t is None:  # counted without a start: shown as a count with no total
+                now = self._clock()
+                t = self._tasks[task] = _Task(None, "", task, now, samples=deque([(now, 0)]))
+            new = [i for i in dict.fromkeys(items) if i not in t.items]
+            t.items.update(new)
+        if new:
+            self.advance(task, len(new))
 
     def finish(self, task: str) -> None:
         with self._lock:

@@ -148,6 +148,10 @@ def test_extraction_counts_documents_and_chunks_and_the_client_its_calls(tmp_pat
         t.start("documents", 4, "documents")
         extract_documents(["a", "b", "c", "d"], chunks, "light", cache, client, ExtractionSettings("light"))
     assert t.snapshot().tasks[0].done == 4 and t.snapshot().llm.calls == 3
+    # a step retried by Dagster extracts its documents again in the same build: counted once each
+    with progress.installed(t):
+        extract_documents(["a", "b", "c", "d"], chunks, "light", cache, client, ExtractionSettings("light"))
+    assert t.snapshot().tasks[0].done == 4
 
 
 # -- the CLI --------------------------------------------------------------------------------------

@@ -200,13 +200,14 @@ def _documents_counter(keys: list[str], tasks: list[ChunkTask], stats: Extractio
     for t in tasks:
         left[t.doc_id] = left.get(t.doc_id, 0) + 1
         docs_of.setdefault(t.chunk_id, []).append(t.doc_id)
-    progress_events.advance("documents", sum(1 for n in left.values() if n == 0))
+    # (by name: a doc_subgraph step retried by Dagster tells its documents again, counted once)
+    progress_events.done("documents", [k for k, n in left.items() if n == 0])
 
     def chunk_over(chunk_id: str) -> None:
         for doc in docs_of.pop(chunk_id, ()):  # a chunk shared by documents counts once for each
             left[doc] -= 1
             if left[doc] == 0 and doc not in stats.failed_documents:
-                progress_events.advance("documents")
+                progress_events.done("documents", [doc])
 
     return chunk_over
 

@@ -569,21 +569,25 @@ def _memo_by_signature(marker: Path, field: str, signatures: dict[str, str], rea
     return out
 
 
-def _failed_chunks(store, keys: list[str]) -> dict[str, int]:
-    """Documents with chunks whose answer could not be used (unparsable after its retries) -> how
-    many. Kept in state/failed-chunks.json with the signature of each document's subgraph files
-    when its record was read: only documents whose files changed since (extracted by a build, the
-    sensors' runs or a backfill from the UI) are read again; a record that cannot be read counts
-    none (the build repairs the document)."""
+def _chunk_problems(store, keys: list[str]) -> dict[str, dict]:
+    """Documents with chunks whose answer could not be used (unparsable after its retries) or was
+    cut at the endpoint's output limit -> {"failed": how many, "cut": the cache keys of the cut
+    answers}. Kept in state/failed-chunks.json with the signature of each document's subgraph
+    files when its record was read: only documents whose files changed since (extracted by a
+    build, the sensors' runs or a backfill from the UI) are read again; a record that cannot be
+    read counts none (the build repairs the document)."""
 
-    def failed(key: str) -> int:
+    def problems(key: str) -> dict:
         try:
-            return len((store.subgraph_info(key) or {}).get("failed_chunks") or [])
+            info = store.subgraph_info(key) or {}
         except (OSError, ValueError):
-            return 0
+            return {}
+        failed = len(info.get("failed_chunks") or [])
+        cut = [a for c in info.get("cut_chunks") or [] if isinstance(c, dict) for a in c.get("answers") or []]
+        return {"failed": failed, "cut": cut} if failed or cut else {}
 
     marker = store.paths.state_dir / _FAILED_CHUNKS
-    return _memo_by_signature(marker, "failed", store.subgraph_signatures(keys), failed)
+    return _memo_by_signature(marker, "chunk_problems", store.subgraph_signatures(keys), problems)
 
 
 def _count(n: int, noun: str) -> str:
@@ -592,21 +596,31 @@ def _count(n: int, noun: str) -> str:
 
 
 def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
-    """`--refresh failed`: the documents with failed chunks are extracted again (the answers kept in
-    the LLM cache are read first: one that a newer parser reads costs no call). Without it they are
-    not asked again by themselves (every later build would pay for the same failing prompts): the
-    end of each build says how many there are (_say_failed_chunks)."""
+    """`--refresh failed`: the documents with failed chunks, or with chunks read from answers cut at
+    the endpoint's output limit, are extracted again. The answers kept in the LLM cache are read
+    first (a failed one that a newer parser reads costs no call); the cut ones are retired from it
+    first, so they are asked again (with the endpoint's limit raised, they come back whole). Without
+    it none is asked again by itself (every later build would pay for the same failing prompts):
+    the end of each build says how many there are (_say_failed_chunks)."""
     if getattr(args, "refresh", None) != "failed":
         return
-    failed, stale = _failed_chunks(store, plan.order), set(plan.stale)
-    left = [k for k in plan.order if k in failed and k not in stale]
+    found, stale = _chunk_problems(store, plan.order), set(plan.stale)
+    left = [k for k in plan.order if k in found and k not in stale]
     if not left:
-        _say("refresh: no document has failed chunks")
+        _say("refresh: no document has failed chunks or cut answers")
         return
+    cut = [a for k in left for a in found[k].get("cut") or [] if a]
+    if cut:
+        from graphrag_pipeline.llm.cache import open_cache
+
+        # an entry without text is a miss for the client (and for the cost estimate): asked again
+        open_cache(store.paths, "llm").put_many(dict.fromkeys(cut, {"retired": "cut at the endpoint's output limit"}))
     wanted = stale | set(left)
     plan.stale = [k for k in plan.order if k in wanted]
-    chunks = sum(failed[k] for k in left)
-    _say(f"refresh: {_count(len(left), 'document')} with {_count(chunks, 'failed chunk')} extracted again")
+    failed = sum(found[k].get("failed") or 0 for k in left)
+    cut_answers = sum(len(found[k].get("cut") or []) for k in left)
+    what = [_count(n, noun) for n, noun in ((failed, "failed chunk"), (cut_answers, "cut answer")) if n]
+    _say(f"refresh: {_count(len(left), 'document')} with {' and '.join(what)} extracted again")
 
 
 def _fallback_reports(store, keys: list[str]) -> list[str]:
@@ -658,9 +672,18 @@ def _nothing_extracted(store, keys: list[str], failed: dict[str, int]) -> bool:
 
 
 def _say_failed_chunks(store, plan) -> bool:
-    """The end-of-build note on failed chunks; False (the build fails) when no chunk at all could be
-    extracted."""
-    failed = _failed_chunks(store, plan.order)
+    """The end-of-build notes on failed chunks and on answers cut at the endpoint's output limit;
+    False (the build fails) when no chunk at all could be extracted."""
+    found = _chunk_problems(store, plan.order)
+    failed = {k: v["failed"] for k, v in found.items() if v.get("failed")}
+    cut = {k: len(v["cut"]) for k, v in found.items() if v.get("cut")}
+    if cut:
+        _say(
+            f"note: {_count(sum(cut.values()), 'answer')} to the extraction prompts of {_count(len(cut), 'document')} "
+            f"were cut at the endpoint's output limit (finish_reason=length; e.g. {min(cut)}) and read as far as "
+            "they go: raise the server's maximum output tokens, then `graphrag-pipeline build --refresh failed` "
+            "asks them again"
+        )
     if not failed:
         return True
     if _nothing_extracted(store, plan.order, failed):

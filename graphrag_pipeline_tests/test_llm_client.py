@@ -59,7 +59,10 @@ def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
     llm_server.script(Reply("Darwin|Beagle", prompt_tokens=20, completion_tokens=4))
     client = client_for(llm_server, cache=kv)
     first = client.chat(MSG)
-    assert first == ChatResult(text="Darwin|Beagle", cached=False, prompt_tokens=20, completion_tokens=4)
+    assert first == ChatResult(
+        text="Darwin|Beagle", cached=False, prompt_tokens=20, completion_tokens=4, cache_key=first.cache_key
+    )
+    assert first.cache_key and kv.get(first.cache_key)["text"] == "Darwin|Beagle" and not first.truncated
     second = client.chat(MSG)
     assert second.cached and second.text == "Darwin|Beagle" and second.prompt_tokens == 20
     assert llm_server.chat_count == 1
@@ -83,9 +86,12 @@ def test_cache_hit_makes_no_request_and_survives_a_new_client(llm_server, kv):
 def test_answers_cut_at_the_output_limit_are_counted_fresh_and_cached(llm_server, kv):
     llm_server.script(Reply('("entity"<|>"A"<|>"X"<|>"cut he', finish_reason="length"), Reply("whole"))
     client = client_for(llm_server, cache=kv)
-    assert client.chat(MSG).text.endswith("cut he")  # returned as it came: the parser takes what is whole
+    cut = client.chat(MSG)
+    assert cut.text.endswith("cut he") and cut.truncated  # returned as it came: the parser takes what is whole
     assert client.usage_snapshot().truncated == 1
-    assert client.chat(MSG).cached and client.usage_snapshot().truncated == 2  # served again: still cut
+    again = client.chat(MSG)
+    assert again.cached and again.truncated and client.usage_snapshot().truncated == 2  # served again: still cut
+    assert again.cache_key == cut.cache_key
     assert client.chat([{"role": "user", "content": "other"}]).text == "whole"
     u = client.usage_snapshot()
     assert (u.calls, u.cache_hits, u.truncated) == (2, 1, 2)
@@ -103,9 +109,16 @@ def test_use_cache_false_and_empty_answers_are_not_cached(llm_server, kv):
     assert client.chat(MSG).text == ""  # empty answer: returned, not cached
     assert client.chat(MSG).text == "x"  # so this one goes to the server
     assert client.chat(MSG, use_cache=False).text == "y"  # no lookup...
-    assert client.chat(MSG) == ChatResult("y", True, 11, 3)  # ...but the fresh answer replaces the cached one
+    hit = client.chat(MSG)  # ...but the fresh answer replaces the cached one
+    assert (hit.text, hit.cached, hit.prompt_tokens, hit.completion_tokens) == ("y", True, 11, 3)
     assert llm_server.chat_count == 3
     assert client.usage_snapshot().calls == 3 and client.usage_snapshot().cache_hits == 1
+    # a key retired with an entry without text (what `build --refresh failed` writes over cut
+    # answers) is a miss: asked again, and the new answer is kept
+    kv.put(hit.cache_key, {"retired": "cut at the output limit"})
+    llm_server.script(Reply("z"))
+    assert client.chat(MSG).text == "z" and llm_server.chat_count == 4
+    assert client.chat(MSG).cached
 
 
 def test_params_are_part_of_the_cache_key_and_reach_the_server(llm_server, kv):

@@ -136,6 +136,8 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert info["failed_chunks"] and "Sorry" in info["failed_chunks"][0]["raw"]
     darwin = json.loads((home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json").read_text())
     assert darwin["entities"] > 5 and not darwin["failed_chunks"]
+    # the chunks read from cut answers are recorded with the cache keys of those answers
+    assert len(darwin["cut_chunks"]) == len(cut) and all(len(c["answers"]) == 1 for c in darwin["cut_chunks"])
     # the failing chunk was retried a bounded number of times, the others asked once
     k = kinds(server)
     assert k["light_extract"] == 3 * len(info["failed_chunks"]) + sum(
@@ -144,27 +146,36 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert cut and f"llm_truncated_answers={len(cut)}" in out
     failed = len(info["failed_chunks"])
     assert f"note: no extraction for {failed} chunk" in out and "of 1 document:" in out and "--refresh failed" in out
+    assert f"note: {len(cut)} answer" in out and "cut at the endpoint's output limit" in out, out
 
     # not asked again by itself (the same prompt would fail again): said at every build
     before = len(server.requests)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0 and "everything is up to date" in out and "--refresh failed" in out
+    assert f"note: {len(cut)} answer" in out
     assert len(server.requests) == before
 
     # the model answers now (a newer model, or a parser that reads what it wrote): asked again when told to
     fake.extract_override = None
     code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
     assert code == 0, out
-    assert f"refresh: 1 document with {failed} failed chunk" in out and "extracted again" in out
-    assert "no extraction" not in out
-    # the cache answers the chunks that worked; the failed ones are asked again
-    assert kinds(server, before)["light_extract"] == failed
+    said = f"refresh: 2 documents with {failed} failed chunk{'s' if failed > 1 else ''} and {len(cut)} cut answer"
+    assert said in out and "extracted again" in out, out
+    assert "no extraction" not in out and "cut at the endpoint" not in out
+    # the cache answers the chunks that worked; the failed ones and the cut ones are asked again
+    assert kinds(server, before)["light_extract"] == failed + len(cut)
     info = json.loads((home / "tables" / "doc_subgraph" / "turing_and_bletchley_park.txt.json").read_text())
     assert not info["failed_chunks"] and info["entities"] > 0
+    whole = json.loads((home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json").read_text())
+    assert not whole["cut_chunks"] and whole["relations"] > darwin["relations"]
     names = {e["name"].lower() for e in cli_json("query", "Bletchley Park", "--json")["entities"]}
     assert any("bletchley" in n for n in names)
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0 and "everything is up to date" in out and "no extraction" not in out
+    assert "cut at the endpoint" not in out
+    # nothing left to ask again
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
+    assert code == 0 and "refresh: no document has failed chunks or cut answers" in out
 
 
 def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(server, fake, corpus, home):

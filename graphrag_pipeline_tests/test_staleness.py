@@ -212,20 +212,24 @@ def test_after_a_method_switch_reports_of_the_other_kind_are_written_again(home,
     assert _reports_of_another_method(paths, store, "light", keys, []) == []
 
 
-def test_failed_chunks_are_read_again_only_for_documents_whose_files_changed(tmp_path):
-    """Which documents have failed chunks is remembered with their subgraph files' signatures: a
-    document re-extracted by any run (a sensor's, a backfill) is read again, a damaged record
-    counts none and does not stop the build, the others are not read."""
+def test_failed_and_cut_chunks_are_read_again_only_for_documents_whose_files_changed(tmp_path):
+    """Which documents have failed chunks (or chunks read from cut answers) is remembered with their
+    subgraph files' signatures: a document re-extracted by any run (a sensor's, a backfill) is read
+    again, a damaged record counts none and does not stop the build, the others are not read."""
     from types import SimpleNamespace
 
-    from graphrag_pipeline.cli import _failed_chunks
+    from graphrag_pipeline.cli import _chunk_problems
     from graphrag_pipeline.storage.files import DamagedFileError
 
     class Store:
         def __init__(self):
             self.paths = SimpleNamespace(state_dir=tmp_path)
             self.sig = {"a": "1", "b": "1", "c": "1"}
-            self.info = {"a": {"failed_chunks": [{}, {}]}, "b": {"failed_chunks": []}, "c": None}
+            self.info = {
+                "a": {"failed_chunks": [{}, {}]},
+                "b": {"failed_chunks": [], "cut_chunks": [{"chunk_id": "b1", "answers": ["k1", "k2"]}]},
+                "c": None,
+            }
             self.reads = []
 
         def subgraph_signatures(self, keys):
@@ -238,16 +242,17 @@ def test_failed_chunks_are_read_again_only_for_documents_whose_files_changed(tmp
             return self.info[key]
 
     store = Store()
-    assert _failed_chunks(store, ["a", "b", "c"]) == {"a": 2}
+    both = {"a": {"failed": 2, "cut": []}, "b": {"failed": 0, "cut": ["k1", "k2"]}}
+    assert _chunk_problems(store, ["a", "b", "c"]) == both
     assert sorted(store.reads) == ["a", "b", "c"]
     store.reads.clear()
-    assert _failed_chunks(store, ["a", "b", "c"]) == {"a": 2} and store.reads == []  # nothing changed
+    assert _chunk_problems(store, ["a", "b", "c"]) == both and store.reads == []  # nothing changed
     # `a` extracted again elsewhere, now whole; `b` damaged; `c` removed from the corpus
     store.info.update(a={"failed_chunks": []}, b="damaged")
     store.sig.update(a="2", b="2")
-    assert _failed_chunks(store, ["a", "b"]) == {} and sorted(store.reads) == ["a", "b"]
+    assert _chunk_problems(store, ["a", "b"]) == {} and sorted(store.reads) == ["a", "b"]
     # a marker that cannot be read is rebuilt
     (tmp_path / "failed-chunks.json").write_text("{not json")
     store.info.update(b={"failed_chunks": [{}]})
     store.sig.update(b="3")
-    assert _failed_chunks(store, ["a", "b"]) == {"b": 1}
+    assert _chunk_problems(store, ["a", "b"]) == {"b": {"failed": 1, "cut": []}}

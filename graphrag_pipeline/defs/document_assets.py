@@ -185,7 +185,8 @@ def doc_subgraph(
     if stats.llm.truncated:
         context.log.warning(
             f"{stats.llm.truncated} answers were cut at the endpoint's output limit (finish_reason=length) and "
-            "parsed as far as they go: raise the server's maximum output tokens for complete extractions"
+            f"parsed as far as they go ({len(stats.cut_chunks)} chunks): raise the server's maximum output tokens, "
+            "then `graphrag-pipeline build --refresh failed` asks them again"
         )
     rows = []
     per_document = {}
@@ -208,6 +209,7 @@ def doc_subgraph(
                 "relations": sub.relations.height,
                 "dropped_relations": sub.dropped_relations,
                 "failed_chunks": doc.failed_chunks,
+                "cut_chunks": doc.cut_chunks,
             },
         )
         row = {
@@ -227,6 +229,7 @@ def doc_subgraph(
         "chunks_extracted": stats.extracted,
         "cache_hits": stats.cache_hits,
         "failed_chunks": len(stats.failed_chunks),
+        "cut_chunks": len(stats.cut_chunks),
         "failed_documents": len(stats.failed_documents),
         **llm_metadata(stats.llm),
         "preview": md_table(rows, ["document", "chunks", "failed_chunks", "entities", "relations"]),

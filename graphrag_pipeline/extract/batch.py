@@ -44,6 +44,10 @@ class ExtractionStats:
     extracted: int = 0
     cache_hits: int = 0
     failed_chunks: list[dict] = field(default_factory=list)  # {doc_id, chunk_id, error, raw}
+    # {doc_id, chunk_id, answers}: chunks extracted from answers the endpoint cut at its output limit
+    # (the cache keys of those answers); kept out of the extraction cache, so that the chunk is
+    # read from its answers again, and `build --refresh failed` can ask them again
+    cut_chunks: list[dict] = field(default_factory=list)
     failed_documents: dict[str, str] = field(default_factory=dict)  # doc_id -> endpoint error
     llm: LLMUsage = field(default_factory=LLMUsage)
     circuit_open: str = ""  # the breaker's message when it opened: the endpoint is down, stop retrying
@@ -143,6 +147,7 @@ class DocumentExtraction:
     subgraph: DocSubgraph
     chunks: int
     failed_chunks: list[dict]  # {doc_id, chunk_id, error, raw}: chunks whose answer could not be used
+    cut_chunks: list[dict] = field(default_factory=list)  # {doc_id, chunk_id, answers}: see ExtractionStats
 
 
 @dataclass
@@ -177,6 +182,9 @@ def extract_documents(
     failed_by_doc: dict[str, list[dict]] = {}
     for failure in stats.failed_chunks:
         failed_by_doc.setdefault(failure["doc_id"], []).append(failure)
+    cut_by_doc: dict[str, list[dict]] = {}
+    for cut in stats.cut_chunks:
+        cut_by_doc.setdefault(cut["doc_id"], []).append(cut)
     tasks_by_doc: dict[str, list[ChunkTask]] = {}
     for t in tasks:
         tasks_by_doc.setdefault(t.doc_id, []).append(t)
@@ -187,7 +195,13 @@ def extract_documents(
                 continue
             doc_tasks = tasks_by_doc.get(key, [])
             triples = [(t.position, t.chunk_id, extracted[t.chunk_id]) for t in doc_tasks if t.chunk_id in extracted]
-            yield DocumentExtraction(key, build_doc_subgraph(key, triples), len(doc_tasks), failed_by_doc.get(key, []))
+            yield DocumentExtraction(
+                key,
+                build_doc_subgraph(key, triples),
+                len(doc_tasks),
+                failed_by_doc.get(key, []),
+                cut_by_doc.get(key, []),
+            )
 
     return DocumentsExtraction(documents(), stats)
 
@@ -272,7 +286,10 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
                     continue
                 stats.extracted += 1
                 out[task.chunk_id] = outcome.extraction
-                pending_cache[f"{prefix}:{task.chunk_id}"] = outcome.extraction.to_dict()
+                if outcome.cut:
+                    stats.cut_chunks.append({"doc_id": task.doc_id, "chunk_id": task.chunk_id, "answers": outcome.cut})
+                else:
+                    pending_cache[f"{prefix}:{task.chunk_id}"] = outcome.extraction.to_dict()
             submit(len(finished))
             remaining = set(futures)
             if len(pending_cache) >= 20 or not remaining:

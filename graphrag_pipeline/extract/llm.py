@@ -44,6 +44,9 @@ class ChunkOutcome:
     error: str = ""
     raw: str = ""
     gleaning_rounds: int = 0
+    # the cache keys of the answers used that the endpoint cut at its output limit (parsed as far
+    # as they go); "" for an answer kept in no cache
+    cut: list[str] = field(default_factory=list)
 
 
 @lru_cache(maxsize=1)
@@ -88,13 +91,15 @@ def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: Extrac
     history = [{"role": "user", "content": prompt}]
     first = None
     raw = ""
+    cut: list[str] = []
     for attempt in range(settings.max_parse_retries + 1):
         # a retry must not be served the same malformed answer from the cache
-        answer = client.chat(history, use_cache=attempt == 0).text
-        raw = answer
+        reply = client.chat(history, use_cache=attempt == 0)
+        answer = raw = reply.text
         parsed = parse_extraction(answer, chunk_id)
         if parsed.ok:
             first = answer
+            _note_cut(reply, cut)
             break
     if first is None:
         return ChunkOutcome(
@@ -111,7 +116,9 @@ def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: Extrac
         history.append(
             {"role": "user", "content": _format(prompts.LIGHT_CONTINUE if light else prompts.GENERAL_CONTINUE)}
         )
-        more = client.chat(history).text
+        reply = client.chat(history)
+        more = reply.text
+        _note_cut(reply, cut)
         rounds += 1
         answers.append(more)
         history.append({"role": "assistant", "content": more})
@@ -130,4 +137,9 @@ def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: Extrac
     # brackets), after which a parser stops reading: join the answers cut there so gleaned records count
     combined = prompts.RECORD_DELIMITER.join(strip_completion(a, prompts.COMPLETION_DELIMITER)[0] for a in answers)
     result = parse_extraction(combined + prompts.COMPLETION_DELIMITER, chunk_id)
-    return ChunkOutcome(result.extraction, raw="", gleaning_rounds=rounds)
+    return ChunkOutcome(result.extraction, raw="", gleaning_rounds=rounds, cut=cut)
+
+
+def _note_cut(reply, cut: list[str]) -> None:
+    if getattr(reply, "truncated", False):
+        cut.append(getattr(reply, "cache_key", None) or "")

@@ -124,6 +124,11 @@ class ChatResult:
     cached: bool
     prompt_tokens: int
     completion_tokens: int
+    # cut at the endpoint's output limit (finish_reason "length"), fresh or as cached
+    truncated: bool = False
+    # the answer's key in the cache (None without one): `build --refresh failed` retires the keys of
+    # cut answers so that they are asked again
+    cache_key: str | None = None
 
 
 class _Secret:
@@ -782,6 +787,8 @@ class LLMClient:
                     cached=True,
                     prompt_tokens=int(hit.get("prompt_tokens") or 0),
                     completion_tokens=int(hit.get("completion_tokens") or 0),
+                    truncated=bool(hit.get("truncated")),
+                    cache_key=key,
                 )
 
         params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature}
@@ -824,7 +831,12 @@ class LLMClient:
             entry = {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
             self.cache.put(key, {**entry, "truncated": True} if truncated else entry)
         return ChatResult(
-            text=answer_text(text), cached=False, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            text=answer_text(text),
+            cached=False,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            truncated=truncated,
+            cache_key=key,
         )
 
     def _reserve(self, messages: list[dict], max_tokens: int | None) -> float | None:

@@ -914,7 +914,7 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     from graphrag_pipeline.storage.files import TABLES, clean_temp_files, remove_temp_files, write_json
     from graphrag_pipeline.storage.home import SettingsConflict, read_home_record, write_home_record
     from graphrag_pipeline.storage.store import DOC_STATS, Store
-    from graphrag_pipeline.storage.verify import downstream_problems, working_file_problems
+    from graphrag_pipeline.storage.verify import LAST_BUILD, downstream_problems, working_file_problems
 
     forget_endpoint_health()  # an earlier build in this process says nothing about the endpoint now
     started = time.perf_counter()
@@ -1055,6 +1055,9 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
             prefetch_graph(paths.graph_dir)
             TABLES.prefetch(prefetch_paths(paths.graph_dir))
 
+    # `verify` tells a home whose last build did not finish or failed (storage.verify.currency_problems)
+    build_record = {"started_at": time.time()}
+    write_json(build_record, paths.state_dir / LAST_BUILD)
     progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
     for i, batch in enumerate(batches, 1):
         last = i == len(batches)
@@ -1162,6 +1165,7 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     if method != "fast":
         ok &= _say_failed_chunks(store, plan)
         _say_fallback_reports(store, instance.get_dynamic_partitions(community_partitions.name))
+    write_json({**build_record, "finished_at": time.time(), "ok": bool(ok)}, paths.state_dir / LAST_BUILD)
     _say(f"build {'finished' if ok else 'FAILED'} in {time.perf_counter() - started:.1f}s" + _build_cost(args, paths))
     return 0 if ok else 1
 

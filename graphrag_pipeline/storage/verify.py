@@ -6,6 +6,11 @@ presence, Parquet footers, the index's meta table); `verify_home` is the `verify
 file read, per-document checksums, the index compared with the graph). Every problem names the
 file; a build repairs what these report (documents are extracted again from the extraction cache,
 the graph and the index are rebuilt, a lost report is written again under a new key).
+
+`verify` also says when what queries read is whole but not current (`currency_problems`): documents
+extracted after the last merge (a build that failed or was stopped after the documents' runs, or
+the sensors' runs before the graph's), or a last build that failed or did not finish
+(state/last-build.json, written by `graphrag-pipeline build`).
 """
 
 from __future__ import annotations
@@ -207,6 +212,69 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
     return problems
 
 
+LAST_BUILD = "last-build.json"  # under state/: {"started_at", then "finished_at" and "ok"} of the CLI's last build
+
+
+def _when(t: object) -> str:
+    import datetime as dt
+
+    if not isinstance(t, (int, float)):
+        return "at an unknown time"
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def currency_problems(paths, store, doc_keys: list[str]) -> list[str]:
+    """What keeps the graph, the reports and the index from being those of the documents stored
+    (empty when they are): documents whose extraction changed, appeared or vanished since the last
+    merge, and a last build that failed or did not finish - unless an index was published since
+    (by the UI's or the sensors' runs)."""
+    from graphrag_pipeline.storage.files import ParquetBundle
+
+    problems = []
+    bundle = ParquetBundle(paths.graph_dir, "mentions")
+    manifest = bundle.manifest()
+    if manifest is not None and "sources" in manifest.get("tables", {}):
+        try:
+            sources = bundle.read(manifest, "sources")
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            return [f"the merge's record of its documents in {paths.graph_dir} cannot be read ({exc})"]
+        merged = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+        now = store.subgraph_signatures(doc_keys)
+        changed = sorted(k for k, sig in now.items() if merged.get(k) != sig and sig != "missing/missing")
+        gone = sorted(set(merged) - set(now))
+        if changed or gone:
+            what = []
+            if changed:
+                what.append(f"{len(changed)} extracted after the last merge (e.g. {changed[0]})")
+            if gone:
+                what.append(f"{len(gone)} merged but no longer stored (e.g. {gone[0]})")
+            problems.append(
+                f"the graph, the reports and the index are not those of the stored documents: {'; '.join(what)}; "
+                "`graphrag-pipeline build` merges and publishes them"
+            )
+    try:
+        last = read_json(paths.state_dir / LAST_BUILD, {})
+    except (OSError, ValueError):
+        last = {}
+    last = last if isinstance(last, dict) else {}
+    meta = read_meta(paths.index_file) if paths.index_file.exists() else None
+    published = (meta or {}).get("built_at")
+    started = last.get("started_at")
+    if not isinstance(started, (int, float)) or (isinstance(published, (int, float)) and published > started):
+        return problems  # no build recorded, or an index published since it started
+    if "finished_at" not in last:
+        problems.append(
+            f"the last build (started {_when(started)}) did not finish (stopped, or still running): what it had not "
+            "finished is not in the index yet; `graphrag-pipeline build` continues it"
+        )
+    elif last.get("ok") is False:
+        problems.append(
+            f"the last build (finished {_when(last.get('finished_at'))}) failed: what it could not finish is not in "
+            "the index yet (see its output); `graphrag-pipeline build` continues it"
+        )
+    return problems
+
+
 def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list[str]) -> list[str]:
     """Every check: each document's files and checksums, the graph tables read in full, every report
     parsed, the index complete for the graph. Returns the problems (empty when all is well)."""
@@ -254,4 +322,5 @@ def verify_home(paths, store, doc_keys: list[str], method: str, report_ids: list
             "Rebuild the index: materialize search_index with config full_rebuild: true in the Dagster UI, or "
             f"remove {paths.index_file} and run `graphrag-pipeline build`"
         )
+    problems.extend(currency_problems(paths, store, doc_keys))
     return problems

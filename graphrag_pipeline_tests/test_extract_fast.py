@@ -570,3 +570,31 @@ def test_one_megabyte_of_english_is_fast():
     elapsed = time.perf_counter() - start
     assert elapsed < 5.0
     assert relation(x, "Darwin", "FitzRoy").weight > 1000
+
+
+def test_fast_extractions_are_kept_when_the_step_stops_half_way(tmp_path, monkeypatch):
+    # a `fast` batch stopped (or failed) half-way kept none of its extractions: the next run did them all again
+    from graphrag_pipeline.extract import batch, offline
+    from graphrag_pipeline.llm.cache import KVCache
+
+    tasks = [
+        batch.ChunkTask("doc", i, f"c{i}", f"Ada Lovelace met Charles Babbage in London, year {i}.") for i in range(450)
+    ]
+    cache = KVCache(tmp_path / "cache.db", "extraction")
+    real = offline.extract_fast
+    calls = []
+
+    def stopped_at_300(text, chunk_id, **kw):
+        if len(calls) == 300:
+            raise KeyboardInterrupt  # what a stop raises in the step
+        calls.append(chunk_id)
+        return real(text, chunk_id, **kw)
+
+    monkeypatch.setattr(offline, "extract_fast", stopped_at_300)
+    with pytest.raises(KeyboardInterrupt):
+        batch.extract_tasks(tasks, "fast", cache, batch.ExtractionStats())
+    assert len(cache) == 300  # every extraction made before the stop
+    monkeypatch.setattr(offline, "extract_fast", real)
+    stats = batch.ExtractionStats()
+    out = batch.extract_tasks(tasks, "fast", cache, stats)
+    assert len(out) == 450 and (stats.cache_hits, stats.extracted) == (300, 150)

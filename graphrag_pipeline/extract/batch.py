@@ -119,21 +119,31 @@ def extract_tasks(
         progress_events.finish("chunks")
 
 
+# `fast` extractions are kept in the extraction cache this many at a time (and when the step ends)
+FAST_CACHE_EVERY = 200
+
+
 def _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb) -> dict[str, Extraction]:
     if method == "fast":
         from graphrag_pipeline.extract.offline import extract_fast
 
         fresh = {}
-        for i, task in enumerate(todo, 1):
-            out[task.chunk_id] = extract_fast(task.text, task.chunk_id)
-            fresh[f"{prefix}:{task.chunk_id}"] = out[task.chunk_id].to_dict()
-            done_cb(task.chunk_id)
-            if i % 50 == 0 or i == len(todo):
-                progress_events.advance("chunks", 50 if i % 50 == 0 else i % 50)
-            if progress and i % 200 == 0:
-                progress(i, len(todo))
-        cache.put_many(fresh)
-        stats.extracted += len(todo)
+        try:
+            for i, task in enumerate(todo, 1):
+                out[task.chunk_id] = extract_fast(task.text, task.chunk_id)
+                fresh[f"{prefix}:{task.chunk_id}"] = out[task.chunk_id].to_dict()
+                stats.extracted += 1
+                done_cb(task.chunk_id)
+                if i % 50 == 0 or i == len(todo):
+                    progress_events.advance("chunks", 50 if i % 50 == 0 else i % 50)
+                if progress and i % 200 == 0:
+                    progress(i, len(todo))
+                if len(fresh) >= FAST_CACHE_EVERY:
+                    cache.put_many(fresh)
+                    fresh = {}
+        finally:
+            # also when the step is stopped or fails half-way: what was extracted is not extracted again
+            cache.put_many(fresh)
         return out
     out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb))
     return out

@@ -141,5 +141,5 @@ def extract_chunk(client: ChatClient, text: str, chunk_id: str, settings: Extrac
 
 
 def _note_cut(reply, cut: list[str]) -> None:
-    if getattr(reply, "truncated", False):
-        cut.append(getattr(reply, "cache_key", None) or "")
+    if reply.truncated:
+        cut.append(reply.cache_key or "")

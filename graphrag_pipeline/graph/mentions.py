@@ -63,6 +63,12 @@ def merge_rule() -> list[int]:
 SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
 
 
+def recorded_sources(bundle: ParquetBundle, manifest: dict) -> dict[str, str]:
+    """doc_id -> the signature of its files when a bundle (the mentions' or the chunks') last read them."""
+    sources = bundle.read(manifest, "sources")
+    return dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+
+
 def shard_of(doc_id: str) -> int:
     return zlib.crc32(doc_id.encode("utf-8")) % SHARDS
 
@@ -346,8 +352,7 @@ def all_chunks(store, keys: list[str], optional: Collection[str] = (), held: set
     try:
         if manifest is None or "sources" not in manifest["tables"]:
             raise KeyError("no chunk shards yet")
-        sources = bundle.read(manifest, "sources")
-        before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+        before = recorded_sources(bundle, manifest)
         changed = [k for k in keys if before.get(k) != signatures[k]]
         # (only a document the shards hold rows of can keep them; one they do not is read anew)
         behind = {k for k in extracted_from_other_contents(store, changed) if k in before}

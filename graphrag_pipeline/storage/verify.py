@@ -228,6 +228,7 @@ def currency_problems(paths, store, doc_keys: list[str]) -> list[str]:
     (empty when they are): documents whose extraction changed, appeared or vanished since the last
     merge, and a last build that failed or did not finish - unless an index was published since
     (by the UI's or the sensors' runs)."""
+    from graphrag_pipeline.graph.mentions import recorded_sources
     from graphrag_pipeline.storage.files import ParquetBundle
 
     problems = []
@@ -235,10 +236,9 @@ def currency_problems(paths, store, doc_keys: list[str]) -> list[str]:
     manifest = bundle.manifest()
     if manifest is not None and "sources" in manifest.get("tables", {}):
         try:
-            sources = bundle.read(manifest, "sources")
+            merged = recorded_sources(bundle, manifest)
         except (OSError, pl.exceptions.PolarsError) as exc:
             return [f"the merge's record of its documents in {paths.graph_dir} cannot be read ({exc})"]
-        merged = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
         now = store.subgraph_signatures(doc_keys)
         changed = sorted(k for k, sig in now.items() if merged.get(k) != sig and sig != "missing/missing")
         gone = sorted(set(merged) - set(now))

@@ -65,7 +65,11 @@ SOURCES_SCHEMA = {"doc_id": pl.Utf8, "signature": pl.Utf8, "dropped": pl.Int64}
 
 def recorded_sources(bundle: ParquetBundle, manifest: dict) -> dict[str, str]:
     """doc_id -> the signature of its files when a bundle (the mentions' or the chunks') last read them."""
-    sources = bundle.read(manifest, "sources")
+    return signatures_of(bundle.read(manifest, "sources"))
+
+
+def signatures_of(sources: pl.DataFrame) -> dict[str, str]:
+    """doc_id -> signature, from a bundle's sources table."""
     return dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
 
 
@@ -135,7 +139,7 @@ def _kept_rows(
     them all again reads 64 shard files instead of 100,000 per-document files (at 50,000
     documents: 282 s for a full merge from the files)."""
     sources = bundle.read(manifest, "sources")
-    before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+    before = signatures_of(sources)
     changed = [k for k in keys if before.get(k) != signatures[k]]
     kept = pl.Series("d", sorted(set(keys) - set(changed)), dtype=pl.Utf8).implode()
     names = sorted(manifest["tables"])
@@ -205,7 +209,7 @@ def _update(
     optional: Collection[str] = (),
 ) -> MergedGraph:
     sources = bundle.read(manifest, "sources")
-    before = dict(zip(sources["doc_id"].to_list(), sources["signature"].to_list()))
+    before = signatures_of(sources)
     changed = [k for k in keys if before.get(k) != signatures[k]]
     removed = sorted(set(before) - set(keys))
     # (prefetched by a build)

@@ -604,23 +604,25 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
     the end of each build says how many there are (_say_failed_chunks)."""
     if getattr(args, "refresh", None) != "failed":
         return
-    found, stale = _chunk_problems(store, plan.order), set(plan.stale)
-    left = [k for k in plan.order if k in found and k not in stale]
-    if not left:
+    found = _chunk_problems(store, plan.order)
+    # every document with problems, also one already to be extracted again (edited): its unchanged
+    # chunks would read their cut answers from the cache again
+    mine = [k for k in plan.order if k in found]
+    if not mine:
         _say("refresh: no document has failed chunks or cut answers")
         return
-    cut = [a for k in left for a in found[k].get("cut") or [] if a]
+    cut = [a for k in mine for a in found[k].get("cut") or [] if a]
     if cut:
         from graphrag_pipeline.llm.cache import open_cache
 
         # an entry without text is a miss for the client (and for the cost estimate): asked again
         open_cache(store.paths, "llm").put_many(dict.fromkeys(cut, {"retired": "cut at the endpoint's output limit"}))
-    wanted = stale | set(left)
+    wanted = set(plan.stale) | set(mine)
     plan.stale = [k for k in plan.order if k in wanted]
-    failed = sum(found[k].get("failed") or 0 for k in left)
-    cut_answers = sum(len(found[k].get("cut") or []) for k in left)
+    failed = sum(found[k].get("failed") or 0 for k in mine)
+    cut_answers = sum(len(found[k].get("cut") or []) for k in mine)
     what = [_count(n, noun) for n, noun in ((failed, "failed chunk"), (cut_answers, "cut answer")) if n]
-    _say(f"refresh: {_count(len(left), 'document')} with {' and '.join(what)} extracted again")
+    _say(f"refresh: {_count(len(mine), 'document')} with {' and '.join(what)} extracted again")
 
 
 def _fallback_reports(store, keys: list[str]) -> list[str]:

@@ -178,6 +178,40 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert code == 0 and "refresh: no document has failed chunks or cut answers" in out
 
 
+def test_refresh_failed_asks_again_the_cut_answers_of_a_document_edited_since(server, fake, corpus, home, monkeypatch):
+    # found by review: `--refresh failed` retired the cut answers only of the documents that were not
+    # already to be extracted again, so an edited document kept the cached cut answers of its
+    # unchanged chunks (and the build said no document had any)
+    monkeypatch.setenv("GRAPHRAG_CHUNK_TOKENS", "120")
+    monkeypatch.setenv("GRAPHRAG_CHUNK_OVERLAP", "10")
+    for p in list(corpus.iterdir()):
+        if p.name != "darwin_and_wallace.txt":
+            p.unlink()
+
+    def override(prompt):
+        if "Wallace" in prompt:
+            whole = records_for(_text_of(prompt), True, False)
+            return Reply(text=whole[: len(whole) // 2], finish_reason="length")
+        return None
+
+    fake.extract_override = override
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    record = home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json"
+    cut = json.loads(record.read_text())["cut_chunks"]
+    chunks = json.loads((home / "tables" / "chunks" / "darwin_and_wallace.txt.json").read_text())["chunks"]
+    assert 1 <= len(cut) < chunks, "the scenario needs cut answers in chunks the edit leaves alone"
+    doc = corpus / "darwin_and_wallace.txt"
+    doc.write_text(doc.read_text(encoding="utf-8") + "\n\nIn 1882 Darwin was buried in Westminster Abbey.\n")
+    fake.extract_override = None
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
+    assert code == 0, out
+    assert not json.loads(record.read_text())["cut_chunks"], out
+    assert "no document has failed chunks or cut answers" not in out
+    assert f"refresh: 1 document with {len(cut)} cut answer" in out, out
+    assert "cut at the endpoint" not in out
+
+
 def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(server, fake, corpus, home):
     # a bad spell of the endpoint: every report answer unusable, so each report is the extractive text
     for p in list(corpus.iterdir()):

@@ -233,6 +233,58 @@ def test_extraction_stops_starting_chunks_once_the_breaker_opens(tmp_path):
         assert stats.extracted == 0 and not stats.failed_chunks
 
 
+def test_a_chunk_shared_by_two_documents_fails_or_is_cut_for_both(tmp_path):
+    # found by review: the batch extracts a chunk once (its id is the hash of its text), and its
+    # failure (endpoint error, unparsable or cut answer) was recorded for the first document only:
+    # the second was stored as if whole, and never extracted again
+    import polars as pl
+
+    from graphrag_pipeline.extract.batch import extract_documents
+    from graphrag_pipeline_tests.fake_llm import _text_of, records_for
+
+    shared = {"down": "The lighthouse keeper at Dover wrote to Faraday.", "sorry": "Maxwell met Kelvin."}
+    shared["cut"] = "Darwin corresponded with Wallace about Borneo."
+    fake = FakeLLM()
+
+    def override(prompt):
+        if shared["sorry"] in prompt:
+            return "Sorry, I cannot help with that."
+        if shared["cut"] in prompt:
+            whole = records_for(_text_of(prompt), True, False)
+            return Reply(text=whole[: len(whole) // 2], finish_reason="length")
+        return None
+
+    fake.extract_override = override
+
+    def responder(body):
+        return dead(body) if shared["down"] in body["messages"][-1]["content"] else fake(body)
+
+    rows = []
+    for case, text in shared.items():
+        for n, doc in enumerate((f"{case}-a", f"{case}-b")):
+            rows.append((doc, 0, f"own-{doc}", f"Ada Lovelace wrote notes in {1840 + n} on case {case}."))
+            rows.append((doc, 1, f"shared-{case}", text))
+    chunks = pl.DataFrame(rows, schema=["doc_id", "position", "chunk_id", "text"], orient="row")
+    keys = sorted(chunks["doc_id"].unique())
+    with ScriptedLLMServer(responder) as server:
+        client = client_for(server, max_retries=0, max_concurrent=2, breaker=50)
+        result = extract_documents(
+            keys, chunks, "light", KVCache(tmp_path / "c.sqlite", "extraction"), client, ExtractionSettings("light")
+        )
+        docs = {d.key: d for d in result.documents}
+    assert server.chat_count < len(rows)  # the shared chunks were asked once each
+    assert result.stats.documents_left == ["down-a", "down-b"]
+    assert sorted(docs) == ["cut-a", "cut-b", "sorry-a", "sorry-b"]
+    for doc in ("sorry-a", "sorry-b"):
+        assert [(f["doc_id"], f["chunk_id"]) for f in docs[doc].failed_chunks] == [(doc, "shared-sorry")]
+        assert not docs[doc].cut_chunks
+    for doc in ("cut-a", "cut-b"):
+        assert [(c["doc_id"], c["chunk_id"]) for c in docs[doc].cut_chunks] == [(doc, "shared-cut")]
+        assert docs[doc].cut_chunks[0]["answers"] and not docs[doc].failed_chunks
+    # the batch's own counts are per chunk
+    assert len(result.stats.failed_chunks) == 1 and len(result.stats.cut_chunks) == 1
+
+
 # -- a build against a dead endpoint --------------------------------------------------------------------------
 
 

@@ -99,6 +99,7 @@ def extract_tasks(
     unique: dict[str, ChunkTask] = {}
     for t in tasks:
         unique.setdefault(t.chunk_id, t)
+    docs_of = _documents_of(tasks)
     cached = cache.get_many(f"{prefix}:{cid}" for cid in unique)
     out: dict[str, Extraction] = {}
     todo = []
@@ -114,7 +115,7 @@ def extract_tasks(
         done_cb(cid)
     progress_events.start("chunks", len(todo), "chunks", f"extracting ({len(out):,} cached)" if out else "extracting")
     try:
-        return _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb)
+        return _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb, docs_of)
     finally:
         progress_events.finish("chunks")
 
@@ -123,7 +124,20 @@ def extract_tasks(
 FAST_CACHE_EVERY = 200
 
 
-def _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb) -> dict[str, Extraction]:
+def _documents_of(tasks: list[ChunkTask]) -> dict[str, list[str]]:
+    """chunk id -> the documents that have the chunk (its id is the hash of its text: two documents
+    with the same paragraph share it, and it is extracted once for both)."""
+    docs_of: dict[str, list[str]] = {}
+    for t in tasks:
+        docs = docs_of.setdefault(t.chunk_id, [])
+        if t.doc_id not in docs:
+            docs.append(t.doc_id)
+    return docs_of
+
+
+def _extract_todo(
+    todo, method, prefix, cache, stats, out, llm, settings, progress, done_cb, docs_of
+) -> dict[str, Extraction]:
     if method == "fast":
         from graphrag_pipeline.extract.offline import extract_fast
 
@@ -145,7 +159,7 @@ def _extract_todo(todo, method, prefix, cache, stats, out, llm, settings, progre
             # also when the step is stopped or fails half-way: what was extracted is not extracted again
             cache.put_many(fresh)
         return out
-    out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb))
+    out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb, docs_of))
     return out
 
 
@@ -189,12 +203,11 @@ def extract_documents(
     stats = ExtractionStats()
     on_done = _documents_counter(keys, tasks, stats)
     extracted = extract_tasks(tasks, method, cache, stats, llm, settings, progress, on_done)
-    failed_by_doc: dict[str, list[dict]] = {}
-    for failure in stats.failed_chunks:
-        failed_by_doc.setdefault(failure["doc_id"], []).append(failure)
-    cut_by_doc: dict[str, list[dict]] = {}
-    for cut in stats.cut_chunks:
-        cut_by_doc.setdefault(cut["doc_id"], []).append(cut)
+    # the batch records a failed or cut chunk once, with its first document: every document that
+    # has the chunk records it (a shared paragraph's cut answer is asked again for each of them)
+    docs_of = _documents_of(tasks)
+    failed_by_doc = _by_document(stats.failed_chunks, docs_of)
+    cut_by_doc = _by_document(stats.cut_chunks, docs_of)
     tasks_by_doc: dict[str, list[ChunkTask]] = {}
     for t in tasks:
         tasks_by_doc.setdefault(t.doc_id, []).append(t)
@@ -214,6 +227,15 @@ def extract_documents(
             )
 
     return DocumentsExtraction(documents(), stats)
+
+
+def _by_document(records: list[dict], docs_of: dict[str, list[str]]) -> dict[str, list[dict]]:
+    """Chunk records ({doc_id, chunk_id, ...}) -> per document, one for each document with the chunk."""
+    out: dict[str, list[dict]] = {}
+    for record in records:
+        for doc in docs_of.get(record["chunk_id"]) or [record["doc_id"]]:
+            out.setdefault(doc, []).append({**record, "doc_id": doc})
+    return out
 
 
 def _documents_counter(keys: list[str], tasks: list[ChunkTask], stats: ExtractionStats) -> Callable[[str], None]:
@@ -236,9 +258,10 @@ def _documents_counter(keys: list[str], tasks: list[ChunkTask], stats: Extractio
     return chunk_over
 
 
-def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb) -> dict[str, Extraction]:
+def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb, docs_of) -> dict[str, Extraction]:
     """The extractions of `todo` by chunk id (failed chunks absent); counts go to `stats`, the
-    extraction stats of the whole batch."""
+    extraction stats of the whole batch. A chunk the endpoint failed on fails every document that
+    has it (``docs_of``), not only the first."""
     from graphrag_pipeline.extract.llm import extract_chunk
     from graphrag_pipeline.llm.client import LLMBudgetExceeded, LLMCircuitOpen, LLMError
 
@@ -250,6 +273,10 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="extract")
     queue = iter(todo)
     futures: dict = {}
+
+    def fail(task: ChunkTask, error: str) -> None:
+        for doc in docs_of.get(task.chunk_id) or [task.doc_id]:
+            stats.failed_documents.setdefault(doc, error)
 
     def breaker_open() -> bool:
         return bool(stats.circuit_open) or bool(getattr(llm, "circuit_open", False))
@@ -279,10 +306,10 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
                 except LLMCircuitOpen as exc:
                     stats.circuit_open = stats.circuit_open or str(exc)
                     stats.budget_exceeded = stats.budget_exceeded or isinstance(exc, LLMBudgetExceeded)
-                    stats.failed_documents.setdefault(task.doc_id, str(exc))
+                    fail(task, str(exc))
                     continue
                 except LLMError as exc:
-                    stats.failed_documents.setdefault(task.doc_id, str(exc))
+                    fail(task, str(exc))
                     continue
                 if outcome.failed:
                     stats.failed_chunks.append(
@@ -316,7 +343,7 @@ def _extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_
             stats.budget_exceeded = stats.budget_exceeded or bool(getattr(llm, "budget_exceeded", False))
             for task in queue:  # never started: left for the next build
                 stats.not_attempted += 1
-                stats.failed_documents.setdefault(task.doc_id, stats.circuit_open)
+                fail(task, stats.circuit_open)
     except BaseException:
         # interrupted (run terminated) or crashed: stop LLM work now, keep what is cached; the calls
         # still on the wire end with the cancelled client, nobody waits for them

@@ -644,3 +644,24 @@ def test_verify_says_when_the_index_is_not_that_of_the_documents(built, home, co
     record.write_text(json.dumps({"started_at": time.time() + 60}))
     code, out = cli("verify")
     assert code == 1 and "did not finish (stopped, or still running)" in out, out
+    # found by review: a failed build that had published the index itself (an Elasticsearch sync or
+    # a check after it failed) was hidden: the index is newer than the build's start
+    from graphrag_pipeline.index.duckdb_writer import read_meta
+    from graphrag_pipeline.storage.layout import Paths
+
+    published = read_meta(Paths(home).index_file)["built_at"]
+    record.write_text(json.dumps({"started_at": published - 30, "finished_at": published + 5, "ok": False}))
+    code, out = cli("verify")
+    assert code == 1 and ") failed" in out, out
+    # one published after it (by the UI's or the sensors' runs) supersedes it
+    record.write_text(json.dumps({"started_at": published - 30, "finished_at": published - 5, "ok": False}))
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out
+    # a damaged record is a record of an unknown time, never a crash
+    for started, finished in (("NaN", "Infinity"), ("1e300", "-1e300"), ("true", "false"), ('"x"', "1e308")):
+        record.write_text(f'{{"started_at": {started}, "finished_at": {finished}, "ok": false}}')
+        code, out = cli("verify")
+        assert "Traceback" not in out and code in (0, 1), out
+    record.write_text(f'{{"started_at": {published - 30}, "finished_at": 1e300, "ok": false}}')
+    code, out = cli("verify")
+    assert code == 1 and "the last build (finished at an unknown time) failed" in out, out

@@ -15,6 +15,7 @@ the sensors' runs before the graph's), or a last build that failed or did not fi
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -215,12 +216,21 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
 LAST_BUILD = "last-build.json"  # under state/: {"started_at", then "finished_at" and "ok"} of the CLI's last build
 
 
+def _seconds(t: object) -> float | None:
+    """A time stamp read from a file (seconds since the epoch), or None for anything else: a bool,
+    NaN, an infinity or a year no clock gives (the file was edited or damaged)."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t < 1e11:
+        return None
+    return float(t)
+
+
 def _when(t: object) -> str:
     import datetime as dt
 
-    if not isinstance(t, (int, float)):
+    seconds = _seconds(t)
+    if seconds is None:
         return "at an unknown time"
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def currency_problems(paths, store, doc_keys: list[str]) -> list[str]:
@@ -258,10 +268,14 @@ def currency_problems(paths, store, doc_keys: list[str]) -> list[str]:
         last = {}
     last = last if isinstance(last, dict) else {}
     meta = read_meta(paths.index_file) if paths.index_file.exists() else None
-    published = (meta or {}).get("built_at")
-    started = last.get("started_at")
-    if not isinstance(started, (int, float)) or (isinstance(published, (int, float)) and published > started):
-        return problems  # no build recorded, or an index published since it started
+    published, started = _seconds((meta or {}).get("built_at")), _seconds(last.get("started_at"))
+    if started is None:
+        return problems  # no build recorded
+    # an index published since (by the UI's or the sensors' runs) supersedes the build; one that the
+    # build published itself before it failed does not (nor, when its end cannot be read, any)
+    since = started if "finished_at" not in last else _seconds(last.get("finished_at"))
+    if published is not None and since is not None and published > since:
+        return problems
     if "finished_at" not in last:
         problems.append(
             f"the last build (started {_when(started)}) did not finish (stopped, or still running): what it had not "

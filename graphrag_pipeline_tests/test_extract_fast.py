@@ -598,3 +598,30 @@ def test_fast_extractions_are_kept_when_the_step_stops_half_way(tmp_path, monkey
     stats = batch.ExtractionStats()
     out = batch.extract_tasks(tasks, "fast", cache, stats)
     assert len(out) == 450 and (stats.cache_hits, stats.extracted) == (300, 150)
+
+
+def test_a_cache_that_cannot_be_written_does_not_hide_why_a_fast_batch_stopped(tmp_path, monkeypatch):
+    # found by review: the flush on the way out replaced the error in flight with the cache's own
+    from graphrag_pipeline.extract import batch, offline
+    from graphrag_pipeline.llm.cache import KVCache
+
+    tasks = [batch.ChunkTask("doc", i, f"c{i}", f"Ada Lovelace met Charles Babbage, year {i}.") for i in range(20)]
+    cache = KVCache(tmp_path / "cache.db", "extraction")
+    real = offline.extract_fast
+
+    def fails_at_10(text, chunk_id, **kw):
+        if chunk_id == "c10":
+            raise ValueError("the extractor failed on c10")
+        return real(text, chunk_id, **kw)
+
+    def disk_full(entries):
+        raise OSError("database or disk is full")
+
+    monkeypatch.setattr(offline, "extract_fast", fails_at_10)
+    monkeypatch.setattr(cache, "put_many", disk_full)
+    with pytest.raises(ValueError, match="the extractor failed on c10"):
+        batch.extract_tasks(tasks, "fast", cache, batch.ExtractionStats())
+    # without a failure in flight the cache's error is the step's
+    monkeypatch.setattr(offline, "extract_fast", real)
+    with pytest.raises(OSError, match="disk is full"):
+        batch.extract_tasks(tasks, "fast", cache, batch.ExtractionStats())

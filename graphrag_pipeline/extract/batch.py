@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from graphrag_pipeline.llm.usage import LLMUsage
 # keywords and strength written as a second group, and `<|` before a strength
 EXTRACTOR_VERSIONS = {"fast": "fast-v2", "light": "light-v3", "general": "general-v3"}
 METHODS = tuple(EXTRACTOR_VERSIONS)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -155,9 +158,15 @@ def _extract_todo(
                 if len(fresh) >= FAST_CACHE_EVERY:
                     cache.put_many(fresh)
                     fresh = {}
-        finally:
-            # also when the step is stopped or fails half-way: what was extracted is not extracted again
-            cache.put_many(fresh)
+        except BaseException:
+            # also when the step is stopped or fails half-way: what was extracted is not extracted
+            # again; a cache that cannot be written then does not hide why the step stopped
+            try:
+                cache.put_many(fresh)
+            except Exception as exc:
+                log.warning("the extractions made before the step stopped could not be cached: %s", exc)
+            raise
+        cache.put_many(fresh)
         return out
     out.update(_extract_with_llm(todo, prefix, cache, stats, llm, settings, progress, done_cb, docs_of))
     return out

@@ -670,6 +670,18 @@ def test_remove_orphans_deletes_only_the_files_of_documents_no_longer_partitions
     assert store.remove_orphans({"a.txt", "x.json"}) == 0
 
 
+def test_remove_orphans_of_a_folder_without_documents_yet(tmp_path):
+    """A run that reaches the graph while the documents' runs have written nothing yet but a file
+    in flight (a hidden temporary): no names to match is no orphan, not a failed knowledge_graph."""
+    store = Store(Paths(tmp_path).ensure())
+    for asset in ("chunks", "doc_subgraph"):
+        store.paths.doc_dir(asset).mkdir(parents=True, exist_ok=True)
+    (store.paths.doc_dir("chunks") / ".a.txt.parquet.tmp").write_text("x")
+    assert store.remove_orphans({"a.txt"}) == 0
+    assert store.remove_orphans(set()) == 0
+    assert os.listdir(store.paths.doc_dir("chunks")) == [".a.txt.parquet.tmp"]
+
+
 def test_table_memo_serves_only_the_file_it_remembers(tmp_path):
     """The in-process table memo (the CLI's build turns it on) returns the table a stage wrote to
     a file, and to a hard link of it; never a table for a file that was replaced or altered since."""

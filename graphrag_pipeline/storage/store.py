@@ -448,7 +448,9 @@ class Store:
             if not folder.exists():
                 continue
             # names only, matched in one vectorised pass: this runs on every build, over every file
-            names = pl.DataFrame({"name": [n for n in os.listdir(folder) if not n.startswith(".")]})
+            # (typed: a folder with no document's file yet is an empty column, not a null-typed one)
+            listed = [n for n in os.listdir(folder) if not n.startswith(".")]
+            names = pl.DataFrame({"name": listed}, schema={"name": pl.Utf8})
             orphans = names.filter(~pl.col("name").str.replace(suffix, "").is_in(live))["name"].to_list()
             for name in orphans:
                 (folder / name).unlink(missing_ok=True)

@@ -595,6 +595,23 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _record_own_publish(paths, build_record: dict) -> None:
+    """When this build's runs published the index, say when in state/last-build.json before the work
+    that follows them (the corpus cache, the failed chunks' census): `verify` then tells a build
+    stopped in between from one superseded by a later index (storage.verify.currency_problems)."""
+    from graphrag_pipeline.index.duckdb_writer import read_meta
+    from graphrag_pipeline.storage.files import write_json
+    from graphrag_pipeline.storage.verify import LAST_BUILD
+
+    try:
+        published = (read_meta(paths.index_file) or {}).get("built_at")
+    except Exception:  # noqa: BLE001 - an unreadable index is verify's to say; the record stays as it was
+        return
+    if isinstance(published, (int, float)) and published >= build_record["started_at"]:
+        build_record["published_at"] = published
+        write_json(build_record, paths.state_dir / LAST_BUILD)
+
+
 def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
     """`--refresh failed`: the documents with failed chunks, or with chunks read from answers cut at
     the endpoint's output limit, are extracted again. The answers kept in the LLM cache are read
@@ -620,7 +637,7 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
     wanted = set(plan.stale) | set(mine)
     plan.stale = [k for k in plan.order if k in wanted]
     failed = sum(found[k].get("failed") or 0 for k in mine)
-    cut_answers = sum(len(found[k].get("cut") or []) for k in mine)
+    cut_answers = len(set(cut))  # (an answer shared by documents, for a chunk they both have, once)
     what = [_count(n, noun) for n, noun in ((failed, "failed chunk"), (cut_answers, "cut answer")) if n]
     _say(f"refresh: {_count(len(mine), 'document')} with {' and '.join(what)} extracted again")
 
@@ -679,12 +696,13 @@ def _say_failed_chunks(store, plan) -> bool:
     found = _chunk_problems(store, plan.order)
     failed = {k: v["failed"] for k, v in found.items() if v.get("failed")}
     cut = {k: len(v["cut"]) for k, v in found.items() if v.get("cut")}
+    answers = len({a for v in found.values() for a in v.get("cut") or []})  # (one shared by documents once)
     if cut:
         _say(
-            f"note: {_count(sum(cut.values()), 'answer')} to the extraction prompts of {_count(len(cut), 'document')} "
-            f"were cut at the endpoint's output limit (finish_reason=length; e.g. {min(cut)}) and read as far as "
-            "they go: raise the server's maximum output tokens, then `graphrag-pipeline build --refresh failed` "
-            "asks them again"
+            f"note: {_count(answers, 'answer')} to the extraction prompts of {_count(len(cut), 'document')} "
+            f"{'was' if answers == 1 else 'were'} cut at the endpoint's output limit (finish_reason=length; "
+            f"e.g. {min(cut)}) and read as far as they go: raise the server's maximum output tokens, then "
+            "`graphrag-pipeline build --refresh failed` asks them again"
         )
     if not failed:
         return True
@@ -1160,6 +1178,7 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
         _say(_outcome(success, events, ("es_written", "es_deleted", "es_unchanged")))
     else:
         _say("everything is up to date")
+    _record_own_publish(paths, build_record)
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
         write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
     elif cache_changed:

@@ -178,6 +178,14 @@ def test_light_build_with_messy_outputs_and_a_failed_chunk(server, fake, corpus,
     assert code == 0 and "refresh: no document has failed chunks or cut answers" in out
 
 
+def _cut_where_wallace(prompt):
+    """The endpoint's output limit cuts, at half way, every extraction answer about Wallace."""
+    if "Wallace" in prompt:
+        whole = records_for(_text_of(prompt), True, False)
+        return Reply(text=whole[: len(whole) // 2], finish_reason="length")
+    return None
+
+
 def test_refresh_failed_asks_again_the_cut_answers_of_a_document_edited_since(server, fake, corpus, home, monkeypatch):
     # found by review: `--refresh failed` retired the cut answers only of the documents that were not
     # already to be extracted again, so an edited document kept the cached cut answers of its
@@ -188,13 +196,7 @@ def test_refresh_failed_asks_again_the_cut_answers_of_a_document_edited_since(se
         if p.name != "darwin_and_wallace.txt":
             p.unlink()
 
-    def override(prompt):
-        if "Wallace" in prompt:
-            whole = records_for(_text_of(prompt), True, False)
-            return Reply(text=whole[: len(whole) // 2], finish_reason="length")
-        return None
-
-    fake.extract_override = override
+    fake.extract_override = _cut_where_wallace
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out
     record = home / "tables" / "doc_subgraph" / "darwin_and_wallace.txt.json"
@@ -210,6 +212,27 @@ def test_refresh_failed_asks_again_the_cut_answers_of_a_document_edited_since(se
     assert "no document has failed chunks or cut answers" not in out
     assert f"refresh: 1 document with {len(cut)} cut answer" in out, out
     assert "cut at the endpoint" not in out
+
+
+def test_a_cut_answer_shared_by_two_documents_is_counted_once(server, fake, corpus, home):
+    # found by review: a chunk that two documents have (a copied file) is extracted once and, since
+    # 55b918d, recorded as cut for both; the notes counted its one answer once per document
+    for p in list(corpus.iterdir()):
+        p.unlink()
+    text = "Darwin corresponded with Wallace about the Malay Archipelago and natural selection.\n"
+    for name in ("wallace.txt", "copy_of_wallace.txt"):
+        (corpus / name).write_text(text, encoding="utf-8")
+
+    fake.extract_override = _cut_where_wallace
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light")
+    assert code == 0, out
+    for name in ("wallace.txt", "copy_of_wallace.txt"):
+        assert len(json.loads((home / "tables" / "doc_subgraph" / f"{name}.json").read_text())["cut_chunks"]) == 1
+    assert "note: 1 answer to the extraction prompts of 2 documents was cut" in out, out
+    fake.extract_override = None
+    code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
+    assert code == 0 and "refresh: 2 documents with 1 cut answer extracted again" in out, out
+    assert "cut at the endpoint" not in out, out
 
 
 def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(server, fake, corpus, home):

@@ -650,6 +650,13 @@ def test_verify_says_when_the_index_is_not_that_of_the_documents(built, home, co
     from graphrag_pipeline.storage.layout import Paths
 
     published = read_meta(Paths(home).index_file)["built_at"]
+    # a build records when its own runs published the index, before its corpus cache and census
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0 and json.loads(record.read_text()).get("published_at") is None, out  # nothing published
+    doc.write_text(doc.read_text() + "\nBates collected beetles near the Amazon.\n")
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    published = read_meta(Paths(home).index_file)["built_at"]
+    assert code == 0 and json.loads(record.read_text())["published_at"] == published, out
     record.write_text(json.dumps({"started_at": published - 30, "finished_at": published + 5, "ok": False}))
     code, out = cli("verify")
     assert code == 1 and ") failed" in out, out
@@ -665,3 +672,15 @@ def test_verify_says_when_the_index_is_not_that_of_the_documents(built, home, co
     record.write_text(f'{{"started_at": {published - 30}, "finished_at": 1e300, "ok": false}}')
     code, out = cli("verify")
     assert code == 1 and "the last build (finished at an unknown time) failed" in out, out
+    # found by review: a whole number too large for a float (JSON reads it as an int) crashed verify
+    record.write_text(f'{{"started_at": {published - 30}, "finished_at": 1{"0" * 400}, "ok": false}}')
+    code, out = cli("verify")
+    assert code == 1 and "the last build (finished at an unknown time) failed" in out, out
+    # and a build stopped after its own runs had published the index was hidden by that index: the
+    # build records when it published (published_at), and only a later index supersedes it
+    record.write_text(json.dumps({"started_at": published - 30, "published_at": published}))
+    code, out = cli("verify")
+    assert code == 1 and "did not finish (stopped, or still running)" in out, out
+    record.write_text(json.dumps({"started_at": published - 30, "published_at": published - 5}))
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out

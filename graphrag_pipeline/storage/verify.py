@@ -15,7 +15,6 @@ the sensors' runs before the graph's), or a last build that failed or did not fi
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -219,7 +218,8 @@ LAST_BUILD = "last-build.json"  # under state/: {"started_at", then "finished_at
 def _seconds(t: object) -> float | None:
     """A time stamp read from a file (seconds since the epoch), or None for anything else: a bool,
     NaN, an infinity or a year no clock gives (the file was edited or damaged)."""
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t < 1e11:
+    # (a range test: NaN and the infinities fail it; math.isfinite of a 400-digit JSON integer raises)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e11:
         return None
     return float(t)
 
@@ -272,8 +272,14 @@ def currency_problems(paths, store, doc_keys: list[str]) -> list[str]:
     if started is None:
         return problems  # no build recorded
     # an index published since (by the UI's or the sensors' runs) supersedes the build; one that the
-    # build published itself before it failed does not (nor, when its end cannot be read, any)
-    since = started if "finished_at" not in last else _seconds(last.get("finished_at"))
+    # build published itself before it failed, or before it was stopped ("published_at", recorded
+    # when its runs end), does not (nor, when that time cannot be read, any)
+    if "finished_at" in last:
+        since = _seconds(last.get("finished_at"))
+    elif "published_at" in last:
+        since = _seconds(last.get("published_at"))
+    else:
+        since = started
     if published is not None and since is not None and published > since:
         return problems
     if "finished_at" not in last:

@@ -582,12 +582,29 @@ def _chunk_problems(store, keys: list[str]) -> dict[str, dict]:
             info = store.subgraph_info(key) or {}
         except (OSError, ValueError):
             return {}
-        failed = len(info.get("failed_chunks") or [])
+        records = info.get("failed_chunks") or []
+        ids = sorted({str(c["chunk_id"]) for c in records if isinstance(c, dict) and c.get("chunk_id")})
         cut = [a for c in info.get("cut_chunks") or [] if isinstance(c, dict) for a in c.get("answers") or []]
-        return {"failed": failed, "cut": cut} if failed or cut else {}
+        return {"failed": len(records), "failed_ids": ids, "cut": cut} if records or cut else {}
 
     marker = store.paths.state_dir / _FAILED_CHUNKS
     return _memo_by_signature(marker, "chunk_problems", store.subgraph_signatures(keys), problems)
+
+
+def _unique_failed(found: dict[str, dict], keys) -> int:
+    """How many chunks failed among documents `keys`: a chunk two documents have (extracted once for
+    both, recorded by each) once. A record without the chunks' ids (kept by an older version in
+    state/failed-chunks.json) counts its documents' failures as they are."""
+    ids: set[str] = set()
+    unnamed = 0
+    for key in keys:
+        v = found.get(key) or {}
+        named = v.get("failed_ids")
+        if isinstance(named, list) and len(named) == (v.get("failed") or 0):
+            ids.update(named)
+        else:
+            unnamed += v.get("failed") or 0
+    return len(ids) + unnamed
 
 
 def _count(n: int, noun: str) -> str:
@@ -636,7 +653,7 @@ def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
         open_cache(store.paths, "llm").put_many(dict.fromkeys(cut, {"retired": "cut at the endpoint's output limit"}))
     wanted = set(plan.stale) | set(mine)
     plan.stale = [k for k in plan.order if k in wanted]
-    failed = sum(found[k].get("failed") or 0 for k in mine)
+    failed = _unique_failed(found, mine)
     cut_answers = len(set(cut))  # (an answer shared by documents, for a chunk they both have, once)
     what = [_count(n, noun) for n, noun in ((failed, "failed chunk"), (cut_answers, "cut answer")) if n]
     _say(f"refresh: {_count(len(mine), 'document')} with {' and '.join(what)} extracted again")
@@ -695,6 +712,7 @@ def _say_failed_chunks(store, plan) -> bool:
     False (the build fails) when no chunk at all could be extracted."""
     found = _chunk_problems(store, plan.order)
     failed = {k: v["failed"] for k, v in found.items() if v.get("failed")}
+    chunks = _count(_unique_failed(found, failed), "chunk")  # (one that documents share once)
     cut = {k: len(v["cut"]) for k, v in found.items() if v.get("cut")}
     answers = len({a for v in found.values() for a in v.get("cut") or []})  # (one shared by documents once)
     if cut:
@@ -708,7 +726,7 @@ def _say_failed_chunks(store, plan) -> bool:
         return True
     if _nothing_extracted(store, plan.order, failed):
         print(
-            f"error: no extraction at all: the model's answers to all {_count(sum(failed.values()), 'chunk')} of "
+            f"error: no extraction at all: the model's answers to all {chunks} of "
             f"{_count(len(failed), 'document')} could not be used (empty or unparsable; e.g. {min(failed)}), so the "
             "graph is empty. Check the model (GRAPHRAG_LLM_MODEL) and the endpoint (OPENAI_BASE_URL), then "
             "`graphrag-pipeline build --refresh failed`",
@@ -716,7 +734,7 @@ def _say_failed_chunks(store, plan) -> bool:
         )
         return False
     _say(
-        f"note: no extraction for {_count(sum(failed.values()), 'chunk')} of {_count(len(failed), 'document')}: "
+        f"note: no extraction for {chunks} of {_count(len(failed), 'document')}: "
         f"the model's answers could not be parsed (e.g. {min(failed)}); "
         "`graphrag-pipeline build --refresh failed` asks again"
     )

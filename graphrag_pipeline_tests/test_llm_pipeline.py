@@ -214,25 +214,62 @@ def test_refresh_failed_asks_again_the_cut_answers_of_a_document_edited_since(se
     assert "cut at the endpoint" not in out
 
 
-def test_a_cut_answer_shared_by_two_documents_is_counted_once(server, fake, corpus, home):
-    # found by review: a chunk that two documents have (a copied file) is extracted once and, since
-    # 55b918d, recorded as cut for both; the notes counted its one answer once per document
+def _never_parses_where_bletchley(prompt):
+    return "Sorry, I cannot help with that." if "Bletchley" in prompt else None
+
+
+@pytest.mark.parametrize(
+    "override, record, said, refreshed",
+    [
+        # found by review: recorded as cut for both documents since 55b918d, counted once per document
+        (
+            _cut_where_wallace,
+            "cut_chunks",
+            "note: 1 answer to the extraction prompts of 2 documents was cut",
+            "refresh: 2 documents with 1 cut answer extracted again",
+        ),
+        (
+            _never_parses_where_bletchley,
+            "failed_chunks",
+            "note: no extraction for 1 chunk of 2 documents:",
+            "refresh: 2 documents with 1 failed chunk extracted again",
+        ),
+    ],
+    ids=["cut-answer", "failed-chunk"],
+)
+def test_a_chunk_two_documents_share_is_counted_once(server, fake, corpus, home, override, record, said, refreshed):
+    # a chunk that two documents have (a copied file) is extracted once for both and its cut answer,
+    # or its answer that never parses, recorded by each: the notes counted it once per document
     for p in list(corpus.iterdir()):
         p.unlink()
-    text = "Darwin corresponded with Wallace about the Malay Archipelago and natural selection.\n"
-    for name in ("wallace.txt", "copy_of_wallace.txt"):
+    text = "Darwin corresponded with Wallace. Turing broke the Enigma cipher at Bletchley Park.\n"
+    for name in ("notes.txt", "copy_of_notes.txt"):
         (corpus / name).write_text(text, encoding="utf-8")
+    (corpus / "beagle.txt").write_text("Darwin sailed on HMS Beagle with Captain FitzRoy.\n", encoding="utf-8")
 
-    fake.extract_override = _cut_where_wallace
+    fake.extract_override = override
     code, out = cli("build", "--corpus", str(corpus), "--method", "light")
     assert code == 0, out
-    for name in ("wallace.txt", "copy_of_wallace.txt"):
-        assert len(json.loads((home / "tables" / "doc_subgraph" / f"{name}.json").read_text())["cut_chunks"]) == 1
-    assert "note: 1 answer to the extraction prompts of 2 documents was cut" in out, out
+    for name in ("notes.txt", "copy_of_notes.txt"):
+        assert len(json.loads((home / "tables" / "doc_subgraph" / f"{name}.json").read_text())[record]) == 1
+    assert said in out, out
     fake.extract_override = None
     code, out = cli("build", "--corpus", str(corpus), "--method", "light", "--refresh", "failed")
-    assert code == 0 and "refresh: 2 documents with 1 cut answer extracted again" in out, out
-    assert "cut at the endpoint" not in out, out
+    assert code == 0 and refreshed in out, out
+    assert "cut at the endpoint" not in out and "no extraction for" not in out, out
+
+
+def test_failed_chunks_are_counted_by_id_and_an_older_record_as_it_is():
+    from graphrag_pipeline.cli import _unique_failed
+
+    found = {
+        "a.txt": {"failed": 2, "failed_ids": ["c1", "c2"]},
+        "b.txt": {"failed": 1, "failed_ids": ["c2"]},  # a chunk a.txt has too
+        "old.txt": {"failed": 3, "cut": []},  # kept in state/failed-chunks.json by an older version
+    }
+    assert _unique_failed(found, ["a.txt", "b.txt"]) == 2
+    assert _unique_failed(found, ["a.txt", "b.txt", "old.txt"]) == 5
+    assert _unique_failed(found, ["b.txt", "missing.txt"]) == 1
 
 
 def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(server, fake, corpus, home):

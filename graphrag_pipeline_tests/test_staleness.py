@@ -226,7 +226,7 @@ def test_failed_and_cut_chunks_are_read_again_only_for_documents_whose_files_cha
             self.paths = SimpleNamespace(state_dir=tmp_path)
             self.sig = {"a": "1", "b": "1", "c": "1"}
             self.info = {
-                "a": {"failed_chunks": [{}, {}]},
+                "a": {"failed_chunks": [{"chunk_id": "a1"}, {"chunk_id": "a2"}]},
                 "b": {"failed_chunks": [], "cut_chunks": [{"chunk_id": "b1", "answers": ["k1", "k2"]}]},
                 "c": None,
             }
@@ -242,7 +242,10 @@ def test_failed_and_cut_chunks_are_read_again_only_for_documents_whose_files_cha
             return self.info[key]
 
     store = Store()
-    both = {"a": {"failed": 2, "cut": []}, "b": {"failed": 0, "cut": ["k1", "k2"]}}
+    both = {
+        "a": {"failed": 2, "failed_ids": ["a1", "a2"], "cut": []},
+        "b": {"failed": 0, "failed_ids": [], "cut": ["k1", "k2"]},
+    }
     assert _chunk_problems(store, ["a", "b", "c"]) == both
     assert sorted(store.reads) == ["a", "b", "c"]
     store.reads.clear()
@@ -253,6 +256,6 @@ def test_failed_and_cut_chunks_are_read_again_only_for_documents_whose_files_cha
     assert _chunk_problems(store, ["a", "b"]) == {} and sorted(store.reads) == ["a", "b"]
     # a marker that cannot be read is rebuilt
     (tmp_path / "failed-chunks.json").write_text("{not json")
-    store.info.update(b={"failed_chunks": [{}]})
+    store.info.update(b={"failed_chunks": [{"chunk_id": "b2"}]})
     store.sig.update(b="3")
-    assert _chunk_problems(store, ["a", "b"]) == {"b": {"failed": 1, "cut": []}}
+    assert _chunk_problems(store, ["a", "b"]) == {"b": {"failed": 1, "failed_ids": ["b2"], "cut": []}}

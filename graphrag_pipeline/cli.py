@@ -582,9 +582,17 @@ def _chunk_problems(store, keys: list[str]) -> dict[str, dict]:
             info = store.subgraph_info(key) or {}
         except (OSError, ValueError):
             return {}
-        records = info.get("failed_chunks") or []
-        ids = sorted({str(c["chunk_id"]) for c in records if isinstance(c, dict) and c.get("chunk_id")})
-        cut = [a for c in info.get("cut_chunks") or [] if isinstance(c, dict) for a in c.get("answers") or []]
+        # (what a damaged or hand-edited record holds in place of lists and strings is left out)
+        info = info if isinstance(info, dict) else {}
+        records = info.get("failed_chunks") if isinstance(info.get("failed_chunks"), list) else []
+        ids = sorted({c["chunk_id"] for c in records if isinstance(c, dict) and isinstance(c.get("chunk_id"), str)})
+        cut = [
+            a
+            for c in (info.get("cut_chunks") if isinstance(info.get("cut_chunks"), list) else [])
+            if isinstance(c, dict) and isinstance(c.get("answers"), list)
+            for a in c["answers"]
+            if isinstance(a, str) and a
+        ]
         return {"failed": len(records), "failed_ids": ids, "cut": cut} if records or cut else {}
 
     marker = store.paths.state_dir / _FAILED_CHUNKS
@@ -600,7 +608,7 @@ def _unique_failed(found: dict[str, dict], keys) -> int:
     for key in keys:
         v = found.get(key) or {}
         named = v.get("failed_ids")
-        if isinstance(named, list) and len(named) == (v.get("failed") or 0):
+        if isinstance(named, list) and len(named) == (v.get("failed") or 0) and all(isinstance(x, str) for x in named):
             ids.update(named)
         else:
             unnamed += v.get("failed") or 0
@@ -626,7 +634,10 @@ def _record_own_publish(paths, build_record: dict) -> None:
         return
     if isinstance(published, (int, float)) and published >= build_record["started_at"]:
         build_record["published_at"] = published
-        write_json(build_record, paths.state_dir / LAST_BUILD)
+        try:
+            write_json(build_record, paths.state_dir / LAST_BUILD)
+        except OSError:  # (called also on the way out of a stop or an error: that one is said, not this)
+            pass
 
 
 def _refresh_failed(args: argparse.Namespace, store, plan) -> None:
@@ -1096,107 +1107,110 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     # `verify` tells a home whose last build did not finish or failed (storage.verify.currency_problems)
     build_record = {"started_at": time.time()}
     write_json(build_record, paths.state_dir / LAST_BUILD)
-    progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
-    for i, batch in enumerate(batches, 1):
-        last = i == len(batches)
-        job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
-        _say(
-            f"[documents {i}/{len(batches)}] {_count(len(batch), 'document')}: {batch[0]}"
-            + (f" .. {batch[-1]}" if len(batch) > 1 else "")
-            + (" (then merge, resolve, cluster)" if last else "")
-        )
-        wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
-        if last:
-            prefetch()
-        ran: set[str] = set()
-        success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None, ran)
-        ok &= success
-        graph_done = last and success
-        graph_tried = last and op_name("knowledge_graph") in ran
-        _say(
-            _outcome(
-                success, events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits", *_GRAPH_SHOWN)
-            )
-        )
-    progress.finish("documents")
-
-    if downstream or not ok:
-        # the graph stages run on their own when a failed document kept them from running after the
-        # documents (the other documents' work is merged); when they ran and failed, running them
-        # again would send the same requests and fail the same way
-        if not graph_done and not graph_tried:
-            _say("[graph] merging, resolving and clustering")
-            prefetch()
-            success, events = _run_job(defs, instance, "graph_job", ops=recluster)
-            ok &= success
-            graph_done = success
-            _say(_outcome(success, events, _GRAPH_SHOWN))
-        if graph_done:
-            all_keys = instance.get_dynamic_partitions(community_partitions.name)
-            done = instance.get_materialized_partitions(asset_key("community_reports"))
-            present = store.stored_report_ids()
-            todo = [k for k in all_keys if k not in done or k not in present]
-            todo = _reports_of_another_method(paths, store, method, all_keys, todo)
-            if redo_reports:  # `--refresh failed`: rewritten by the model (a fallback is not reused)
-                wanted = set(todo) | set(redo_reports)
-                todo = [k for k in all_keys if k in wanted]
-            report_batches = contiguous_batches(all_keys, todo, args.batch_size)
-            # after an interrupted run, partitions not marked materialized may have their report stored
-            stored = sum(1 for k in todo if k in present)
-            kept = f" ({stored} already stored, kept if written the same way)" if stored else ""
+    # (when the runs published the index, said also when a stop or an error ends the build after them)
+    try:
+        progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
+        for i, batch in enumerate(batches, 1):
+            last = i == len(batches)
+            job = "corpus_job" if last else "documents_job"  # the last batch also merges, resolves, clusters
             _say(
-                f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write{kept}, "
-                "then publish the index"
+                f"[documents {i}/{len(batches)}] {_count(len(batch), 'document')}: {batch[0]}"
+                + (f" .. {batch[-1]}" if len(batch) > 1 else "")
+                + (" (then merge, resolve, cluster)" if last else "")
             )
-            for i, batch in enumerate(report_batches, 1):
-                job = "publish_job" if i == len(report_batches) else "reports_job"
-                wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
-                success, events = _run_job(defs, instance, job, range_tags(batch))
-                ok &= success
-                _say(
-                    _outcome(
-                        success,
-                        events,
-                        (
-                            "reports",
-                            "llm_calls",
-                            "llm_truncated_answers",
-                            "entities",
-                            "relations",
-                            "community_reports",
-                            "chunks",
-                            "es_written",
-                            "es_deleted",
-                        ),
-                    )
+            wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
+            if last:
+                prefetch()
+            ran: set[str] = set()
+            success, events = _run_job(defs, instance, job, range_tags(batch), recluster if last else None, ran)
+            ok &= success
+            graph_done = last and success
+            graph_tried = last and op_name("knowledge_graph") in ran
+            _say(
+                _outcome(
+                    success, events, ("documents", "chunks", "skipped", "entity_mentions", "cache_hits", *_GRAPH_SHOWN)
                 )
-            if not report_batches:
-                success, events = _run_job(defs, instance, "index_job")
+            )
+        progress.finish("documents")
+
+        if downstream or not ok:
+            # the graph stages run on their own when a failed document kept them from running after the
+            # documents (the other documents' work is merged); when they ran and failed, running them
+            # again would send the same requests and fail the same way
+            if not graph_done and not graph_tried:
+                _say("[graph] merging, resolving and clustering")
+                prefetch()
+                success, events = _run_job(defs, instance, "graph_job", ops=recluster)
                 ok &= success
+                graph_done = success
+                _say(_outcome(success, events, _GRAPH_SHOWN))
+            if graph_done:
+                all_keys = instance.get_dynamic_partitions(community_partitions.name)
+                done = instance.get_materialized_partitions(asset_key("community_reports"))
+                present = store.stored_report_ids()
+                todo = [k for k in all_keys if k not in done or k not in present]
+                todo = _reports_of_another_method(paths, store, method, all_keys, todo)
+                if redo_reports:  # `--refresh failed`: rewritten by the model (a fallback is not reused)
+                    wanted = set(todo) | set(redo_reports)
+                    todo = [k for k in all_keys if k in wanted]
+                report_batches = contiguous_batches(all_keys, todo, args.batch_size)
+                # after an interrupted run, partitions not marked materialized may have their report stored
+                stored = sum(1 for k in todo if k in present)
+                kept = f" ({stored} already stored, kept if written the same way)" if stored else ""
                 _say(
-                    _outcome(
-                        success,
-                        events,
-                        (
-                            "entities",
-                            "relations",
-                            "community_reports",
-                            "chunks",
-                            "es_written",
-                            "es_deleted",
-                            "es_unchanged",
-                            "skipped",
-                        ),
-                    )
+                    f"[reports + index] {len(todo)} of {len(all_keys)} community reports to write{kept}, "
+                    "then publish the index"
                 )
-    elif _elasticsearch_stale(paths, instance, defs):
-        _say("[index] Elasticsearch is behind its inputs: syncing it")
-        success, events = _run_job(defs, instance, "index_job")
-        ok &= success
-        _say(_outcome(success, events, ("es_written", "es_deleted", "es_unchanged")))
-    else:
-        _say("everything is up to date")
-    _record_own_publish(paths, build_record)
+                for i, batch in enumerate(report_batches, 1):
+                    job = "publish_job" if i == len(report_batches) else "reports_job"
+                    wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
+                    success, events = _run_job(defs, instance, job, range_tags(batch))
+                    ok &= success
+                    _say(
+                        _outcome(
+                            success,
+                            events,
+                            (
+                                "reports",
+                                "llm_calls",
+                                "llm_truncated_answers",
+                                "entities",
+                                "relations",
+                                "community_reports",
+                                "chunks",
+                                "es_written",
+                                "es_deleted",
+                            ),
+                        )
+                    )
+                if not report_batches:
+                    success, events = _run_job(defs, instance, "index_job")
+                    ok &= success
+                    _say(
+                        _outcome(
+                            success,
+                            events,
+                            (
+                                "entities",
+                                "relations",
+                                "community_reports",
+                                "chunks",
+                                "es_written",
+                                "es_deleted",
+                                "es_unchanged",
+                                "skipped",
+                            ),
+                        )
+                    )
+        elif _elasticsearch_stale(paths, instance, defs):
+            _say("[index] Elasticsearch is behind its inputs: syncing it")
+            success, events = _run_job(defs, instance, "index_job")
+            ok &= success
+            _say(_outcome(success, events, ("es_written", "es_deleted", "es_unchanged")))
+        else:
+            _say("everything is up to date")
+    finally:
+        _record_own_publish(paths, build_record)
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
         write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
     elif cache_changed:

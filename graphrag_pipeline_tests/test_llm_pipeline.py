@@ -270,6 +270,9 @@ def test_failed_chunks_are_counted_by_id_and_an_older_record_as_it_is():
     assert _unique_failed(found, ["a.txt", "b.txt"]) == 2
     assert _unique_failed(found, ["a.txt", "b.txt", "old.txt"]) == 5
     assert _unique_failed(found, ["b.txt", "missing.txt"]) == 1
+    # ids that do not account for every failure (or are not strings): the failures count as they are
+    found = {"a.txt": {"failed": 2, "failed_ids": ["c1"]}, "b.txt": {"failed": 1, "failed_ids": [["c1"]]}}
+    assert _unique_failed(found, ["a.txt", "b.txt"]) == 3
 
 
 def test_reports_written_without_the_model_are_said_and_asked_again_on_refresh(server, fake, corpus, home):

@@ -684,3 +684,34 @@ def test_verify_says_when_the_index_is_not_that_of_the_documents(built, home, co
     record.write_text(json.dumps({"started_at": published - 30, "published_at": published - 5}))
     code, out = cli("verify")
     assert code == 0 and "all good" in out, out
+
+
+def test_a_build_stopped_after_its_runs_published_the_index_is_said_by_verify(built, home, corpus, monkeypatch):
+    # found by review: published_at was recorded only once every run had returned, so a stop right
+    # after the publish (Ctrl-C during the Elasticsearch sync, say) left the record without it, and
+    # the new index hid the unfinished build: verify said "all good"
+    from graphrag_pipeline import interrupts
+    from graphrag_pipeline.index.duckdb_writer import read_meta
+    from graphrag_pipeline.storage.layout import Paths
+
+    index = Paths(home).index_file
+    before = index.stat().st_mtime_ns
+    requested = interrupts.requested
+
+    def stop_once_published():  # as if SIGINT came as soon as the index was replaced
+        return signal.SIGINT if index.stat().st_mtime_ns != before else requested()
+
+    doc = corpus / "darwin_and_wallace.txt"
+    doc.write_text(doc.read_text() + "\nBates collected beetles near the Amazon.\n")
+    with monkeypatch.context() as m:
+        m.setattr(interrupts, "requested", stop_once_published)
+        code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code != 0 and index.stat().st_mtime_ns != before, out
+    record = json.loads((home / "state" / "last-build.json").read_text())
+    assert "finished_at" not in record and record["published_at"] == read_meta(index)["built_at"], record
+    code, out = cli("verify")
+    assert code == 1 and "did not finish (stopped, or still running)" in out, out
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    code, out = cli("verify")
+    assert code == 0 and "all good" in out, out

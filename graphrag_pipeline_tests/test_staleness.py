@@ -259,3 +259,20 @@ def test_failed_and_cut_chunks_are_read_again_only_for_documents_whose_files_cha
     store.info.update(b={"failed_chunks": [{"chunk_id": "b2"}]})
     store.sig.update(b="3")
     assert _chunk_problems(store, ["a", "b"]) == {"b": {"failed": 1, "failed_ids": ["b2"], "cut": []}}
+    # found by review: what a damaged or hand-edited record holds in place of lists and strings
+    # crashed the end of a build (an unhashable answer) or printed "with  extracted again" (an
+    # empty one); it is left out, and a failure recorded without its chunk's id still counts
+    from graphrag_pipeline.cli import _unique_failed
+
+    store.info.update(
+        a=["not", "a", "record"],
+        b={"failed_chunks": 5, "cut_chunks": [{"chunk_id": "b1", "answers": [["k"], "", None, 7, "k3"]}, "x"]},
+        c={"failed_chunks": [{}, {"chunk_id": 9}], "cut_chunks": {"answers": ["k4"]}},
+    )
+    store.sig.update(a="4", b="4", c="4")
+    found = _chunk_problems(store, ["a", "b", "c"])
+    assert found == {
+        "b": {"failed": 0, "failed_ids": [], "cut": ["k3"]},
+        "c": {"failed": 2, "failed_ids": [], "cut": []},
+    }
+    assert _unique_failed(found, ["a", "b", "c"]) == 2

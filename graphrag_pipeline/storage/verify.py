@@ -212,7 +212,9 @@ def downstream_problems(paths, store, report_ids: list[str]) -> list[str]:
     return problems
 
 
-LAST_BUILD = "last-build.json"  # under state/: {"started_at", then "finished_at" and "ok"} of the CLI's last build
+# under state/: {"started_at", then "published_at" (when its runs published the index, if they did),
+# then "finished_at" and "ok"} of the CLI's last build
+LAST_BUILD = "last-build.json"
 
 
 def _seconds(t: object) -> float | None:

@@ -351,6 +351,7 @@ def _plain_error(message: str) -> str:
 
 # what the progress line of a run that merges, resolves and clusters shows
 _GRAPH_SHOWN = ("entities", "relations", "merged_pairs", "communities", "communities_changed", "llm_truncated_answers")
+_INDEX_SHOWN = ("entities", "relations", "community_reports", "chunks", "es_written", "es_deleted")  # of a publish
 
 
 def _outcome(success: bool, events: list, keys: tuple[str, ...]) -> str:
@@ -1166,42 +1167,11 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
                     wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
                     success, events = _run_job(defs, instance, job, range_tags(batch))
                     ok &= success
-                    _say(
-                        _outcome(
-                            success,
-                            events,
-                            (
-                                "reports",
-                                "llm_calls",
-                                "llm_truncated_answers",
-                                "entities",
-                                "relations",
-                                "community_reports",
-                                "chunks",
-                                "es_written",
-                                "es_deleted",
-                            ),
-                        )
-                    )
+                    _say(_outcome(success, events, ("reports", "llm_calls", "llm_truncated_answers", *_INDEX_SHOWN)))
                 if not report_batches:
                     success, events = _run_job(defs, instance, "index_job")
                     ok &= success
-                    _say(
-                        _outcome(
-                            success,
-                            events,
-                            (
-                                "entities",
-                                "relations",
-                                "community_reports",
-                                "chunks",
-                                "es_written",
-                                "es_deleted",
-                                "es_unchanged",
-                                "skipped",
-                            ),
-                        )
-                    )
+                    _say(_outcome(success, events, (*_INDEX_SHOWN, "es_unchanged", "skipped")))
         elif _elasticsearch_stale(paths, instance, defs):
             _say("[index] Elasticsearch is behind its inputs: syncing it")
             success, events = _run_job(defs, instance, "index_job")

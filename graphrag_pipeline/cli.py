@@ -597,7 +597,21 @@ def _chunk_problems(store, keys: list[str]) -> dict[str, dict]:
         return {"failed": len(records), "failed_ids": ids, "cut": cut} if records or cut else {}
 
     marker = store.paths.state_dir / _FAILED_CHUNKS
-    return _memo_by_signature(marker, "chunk_problems", store.subgraph_signatures(keys), problems)
+    found = _memo_by_signature(marker, "chunk_problems", store.subgraph_signatures(keys), problems)
+    # (the entries remembered in the marker are read as they are: a damaged one is left out the same way)
+    return {k: clean for k, v in found.items() if (clean := _sane_problems(v))}
+
+
+def _sane_problems(v: object) -> dict:
+    """A document's entry of _chunk_problems with anything but a count, strings and lists of them left out."""
+    if not isinstance(v, dict):
+        return {}
+    failed = v.get("failed")
+    failed = failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0
+    ids = v.get("failed_ids")
+    ids = sorted({x for x in ids if isinstance(x, str)}) if isinstance(ids, list) else []
+    cut = [a for a in v["cut"] if isinstance(a, str) and a] if isinstance(v.get("cut"), list) else []
+    return {"failed": failed, "failed_ids": ids, "cut": cut} if failed or cut else {}
 
 
 def _unique_failed(found: dict[str, dict], keys) -> int:
@@ -622,7 +636,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _record_own_publish(paths, build_record: dict) -> None:
-    """When this build's runs published the index, say when in state/last-build.json before the work
+    """When this build ran a job that publishes the index and the index is newer than the build's start,
+    say when it was published in state/last-build.json before the work
     that follows them (the corpus cache, the failed chunks' census): `verify` then tells a build
     stopped in between from one superseded by a later index (storage.verify.currency_problems)."""
     from graphrag_pipeline.index.duckdb_writer import read_meta
@@ -631,6 +646,8 @@ def _record_own_publish(paths, build_record: dict) -> None:
 
     try:
         published = (read_meta(paths.index_file) or {}).get("built_at")
+    except interrupts.Stop:
+        raise  # (a second Ctrl-C)
     except Exception:  # noqa: BLE001 - an unreadable index is verify's to say; the record stays as it was
         return
     if isinstance(published, (int, float)) and published >= build_record["started_at"]:
@@ -1108,7 +1125,9 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
     # `verify` tells a home whose last build did not finish or failed (storage.verify.currency_problems)
     build_record = {"started_at": time.time()}
     write_json(build_record, paths.state_dir / LAST_BUILD)
-    # (when the runs published the index, said also when a stop or an error ends the build after them)
+    # when this build's runs published the index, said also when a stop or an error ends the build
+    # after them (only a run that publishes counts: another process may publish meanwhile)
+    publishing = False
     try:
         progress.start("documents", len(plan.stale), "documents", "documents")  # extraction counts them
         for i, batch in enumerate(batches, 1):
@@ -1165,22 +1184,26 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
                 for i, batch in enumerate(report_batches, 1):
                     job = "publish_job" if i == len(report_batches) else "reports_job"
                     wait_for_pool(instance, say=_say, timeout_s=args.wait_timeout)
+                    publishing |= job == "publish_job"
                     success, events = _run_job(defs, instance, job, range_tags(batch))
                     ok &= success
                     _say(_outcome(success, events, ("reports", "llm_calls", "llm_truncated_answers", *_INDEX_SHOWN)))
                 if not report_batches:
+                    publishing = True
                     success, events = _run_job(defs, instance, "index_job")
                     ok &= success
                     _say(_outcome(success, events, (*_INDEX_SHOWN, "es_unchanged", "skipped")))
         elif _elasticsearch_stale(paths, instance, defs):
             _say("[index] Elasticsearch is behind its inputs: syncing it")
+            publishing = True
             success, events = _run_job(defs, instance, "index_job")
             ok &= success
             _say(_outcome(success, events, ("es_written", "es_deleted", "es_unchanged")))
         else:
             _say("everything is up to date")
     finally:
-        _record_own_publish(paths, build_record)
+        if publishing:
+            _record_own_publish(paths, build_record)
     if plan.stale:  # what the processed documents' outputs say now: the next plan need not read them
         write_json({"corpus": str(corpus), "files": refresh_cache(plan, store, method)}, corpus_cache, compact=True)
     elif cache_changed:

@@ -715,3 +715,33 @@ def test_a_build_stopped_after_its_runs_published_the_index_is_said_by_verify(bu
     assert code == 0, out
     code, out = cli("verify")
     assert code == 0 and "all good" in out, out
+
+
+def test_an_index_published_by_another_process_is_not_recorded_as_the_stopped_builds(built, home, corpus, monkeypatch):
+    # found by review: on the way out of a stop before its own publish, the build recorded as its own
+    # an index that another process (the sensors' runs, the UI) had published meanwhile
+    from graphrag_pipeline import interrupts
+    from graphrag_pipeline.index import duckdb_writer
+
+    read_meta = duckdb_writer.read_meta
+    stopped = []
+
+    def stop_at_once():  # SIGINT before anything is published
+        stopped.append(True)
+        return signal.SIGINT
+
+    def published_meanwhile(path):  # as if another process published once the build was stopped
+        meta = read_meta(path)
+        return {**meta, "built_at": time.time() + 1} if stopped and meta else meta
+
+    doc = corpus / "darwin_and_wallace.txt"
+    doc.write_text(doc.read_text() + "\nBates collected beetles near the Amazon.\n")
+    with monkeypatch.context() as m:
+        m.setattr(interrupts, "requested", stop_at_once)
+        m.setattr(duckdb_writer, "read_meta", published_meanwhile)
+        code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code != 0 and stopped, out
+    record = json.loads((home / "state" / "last-build.json").read_text())
+    assert "published_at" not in record and "finished_at" not in record, record
+    code, out = cli("verify")
+    assert code == 1 and "did not finish (stopped, or still running)" in out, out

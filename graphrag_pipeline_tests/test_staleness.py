@@ -276,3 +276,25 @@ def test_failed_and_cut_chunks_are_read_again_only_for_documents_whose_files_cha
         "c": {"failed": 2, "failed_ids": [], "cut": []},
     }
     assert _unique_failed(found, ["a", "b", "c"]) == 2
+    # and the same of what the marker remembers (read as it is while the files are unchanged)
+    import json
+
+    (tmp_path / "failed-chunks.json").write_text(
+        json.dumps(
+            {
+                "signatures": {"a": "4", "b": "4", "c": "4"},
+                "chunk_problems": {
+                    "a": ["junk"],
+                    "b": {"failed": True, "failed_ids": [["x"]], "cut": [["k"], "", None, "k5"]},
+                    "c": {"failed": 3},
+                },
+            }
+        )
+    )
+    store.reads.clear()
+    found = _chunk_problems(store, ["a", "b", "c"])
+    assert store.reads == [] and found == {
+        "b": {"failed": 0, "failed_ids": [], "cut": ["k5"]},
+        "c": {"failed": 3, "failed_ids": [], "cut": []},
+    }
+    assert _unique_failed(found, ["a", "b", "c"]) == 3

@@ -400,6 +400,13 @@ def test_read_parquet_and_verify_parquet_name_a_truncated_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         verify_parquet(tmp_path / "missing.parquet")
     assert read_parquet(tmp_path / "missing.parquet").shape == (0, 0)
+    # footer=False reads the ends only: a footer whose bytes cannot be decoded passes, as the markers
+    # and the footer's length are whole (the flag was shadowed by the length, so every footer was decoded)
+    verify_parquet(garbage, footer=False)
+    with pytest.raises(DamagedFileError, match="its footer cannot be decoded"):
+        verify_parquet(garbage, footer=True)
+    with pytest.raises(DamagedFileError, match="truncated"):
+        verify_parquet(tmp_path / f"cut{len(data) - 3}.parquet", footer=False)
 
 
 def test_a_checksum_catches_a_byte_changed_in_the_middle(tmp_path):

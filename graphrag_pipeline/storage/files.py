@@ -219,10 +219,10 @@ def verify_parquet(path: Path, footer: bool = True) -> None:
         raise DamagedFileError(
             f"{path} is not a readable Parquet file (truncated? its footer is missing; {size:,} bytes)", path
         )
-    footer = int.from_bytes(tail[:4], "little")
-    if footer > size - 12:
+    length = int.from_bytes(tail[:4], "little")
+    if length > size - 12:
         raise DamagedFileError(
-            f"{path} is not a readable Parquet file (truncated? its footer says {footer:,} bytes of "
+            f"{path} is not a readable Parquet file (truncated? its footer says {length:,} bytes of "
             f"metadata, the file has {size:,})",
             path,
         )

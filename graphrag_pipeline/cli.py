@@ -229,6 +229,7 @@ def _run_job(
     import dagster as dg
 
     from graphrag_pipeline.defs.instance_ops import cli_run_tags
+    from graphrag_pipeline.defs.partitions import listing_memo
 
     job = defs.resolve_job_def(name)
     run_config = {"loggers": {"console": {"config": {"log_level": _DAGSTER_LOG_LEVEL["level"]}}}}
@@ -236,7 +237,7 @@ def _run_job(
         run_config["ops"] = ops
     _remote_push()  # what the steps read (state files, the home record) is in the bucket before they start
     quiet = _DAGSTER_LOG_LEVEL["level"] != "INFO"
-    with _console_without_failure_traces() if quiet else nullcontext():
+    with _console_without_failure_traces() if quiet else nullcontext(), listing_memo(instance):
         result = job.execute_in_process(
             instance=instance,
             tags={**(tags or {}), **cli_run_tags(), **_ESTIMATE_TAGS},

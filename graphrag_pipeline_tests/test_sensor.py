@@ -448,6 +448,50 @@ def test_publish_sensor_requests_a_failed_publish_again_then_gives_up(home, corp
     assert not done.run_requests
 
 
+def test_a_runs_listing_of_documents_is_taken_once_and_again_after_a_change(tmp_path):
+    """Inside listing_memo (a run of the build), the `documents` keys are listed once: a key another
+    instance adds meanwhile shows once the block ends; a change this instance makes (Dagster's methods
+    or change_partitions, whose deletes are one statement) lists them again at once. The communities'
+    keys are listed every time, and outside the block every listing is fresh."""
+    from graphrag_pipeline.defs.partitions import (
+        change_partitions,
+        community_partitions,
+        documents_partitions,
+        list_partition_keys_quickly,
+        listing_memo,
+    )
+
+    docs, comms = documents_partitions.name, community_partitions.name
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as build, dg.instance_for_test(temp_dir=str(tmp_path)) as other:
+        assert list_partition_keys_quickly(build)
+        change_partitions(build, documents_partitions, add=["a.txt", "b.txt"])
+        with listing_memo(build):
+            listed = build.get_dynamic_partitions(docs)
+            assert listed == ["a.txt", "b.txt"]
+            listed.append("changed by the caller")
+            other.add_dynamic_partitions(docs, ["c.txt"])
+            other.add_dynamic_partitions(comms, ["c1"])
+            assert build.get_dynamic_partitions(docs) == ["a.txt", "b.txt"]  # from memory, unchanged
+            assert build.get_dynamic_partitions(comms) == ["c1"]  # always listed
+            build.add_dynamic_partitions(docs, ["d.txt"])
+            assert build.get_dynamic_partitions(docs) == ["a.txt", "b.txt", "c.txt", "d.txt"]
+            other.delete_dynamic_partition(docs, "a.txt")
+            assert build.get_dynamic_partitions(docs) == ["a.txt", "b.txt", "c.txt", "d.txt"]
+            change_partitions(build, documents_partitions, delete=["b.txt", "c.txt"])
+            assert build.get_dynamic_partitions(docs) == ["d.txt"]
+            other.add_dynamic_partitions(docs, ["e.txt"])
+            build.delete_dynamic_partition(docs, "d.txt")
+            assert build.get_dynamic_partitions(docs) == ["e.txt"]
+            other.add_dynamic_partitions(docs, ["f.txt"])
+        assert build.get_dynamic_partitions(docs) == ["e.txt", "f.txt"]
+        other.add_dynamic_partitions(docs, ["g.txt"])
+        assert build.get_dynamic_partitions(docs) == ["e.txt", "f.txt", "g.txt"]  # outside a run: fresh
+        with listing_memo(other):  # an instance the build did not change: no memory
+            assert other.get_dynamic_partitions(docs) == ["e.txt", "f.txt", "g.txt"]
+            build.add_dynamic_partitions(docs, ["h.txt"])
+            assert other.get_dynamic_partitions(docs)[-1] == "h.txt"
+
+
 def test_a_builds_quick_partition_listing_gives_what_dagster_lists(tmp_path):
     """The CLI build's instance lists partition keys with its own query (list_partition_keys_quickly):
     the same keys in the same order as Dagster's listing, through adds and deletes made by this

@@ -9,6 +9,7 @@ instance never add, list or delete each other's partitions.
 
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from functools import cached_property
 
 import dagster as dg
@@ -81,15 +82,68 @@ def list_partition_keys_quickly(instance) -> bool:
         return False
     storage, table = found
 
-    def get_dynamic_partitions(partitions_def_name: str) -> list[str]:
+    memo = _ListingMemo()
+
+    def listed(partitions_def_name: str) -> list[str]:
         query = (
             db.select(table.c.partition).where(table.c.partitions_def_name == partitions_def_name).order_by(table.c.id)
         )
         with storage.index_connection() as conn:
             return list(conn.execute(query).scalars())
 
+    def get_dynamic_partitions(partitions_def_name: str) -> list[str]:
+        if not memo.depth or partitions_def_name != documents_partitions.name:
+            return listed(partitions_def_name)
+        if memo.keys is None:
+            memo.keys = listed(partitions_def_name)
+        return list(memo.keys)  # (a copy: a caller may change the list it is given)
+
+    def forgetting(change):
+        def changed(*args, **kwargs):
+            memo.keys = None
+            try:
+                return change(*args, **kwargs)
+            finally:
+                memo.keys = None
+
+        return changed
+
     instance.get_dynamic_partitions = get_dynamic_partitions
+    for method in ("add_dynamic_partitions", "delete_dynamic_partition"):
+        setattr(instance, method, forgetting(getattr(instance, method)))
+    instance._graphrag_listing_memo = memo
     return True
+
+
+class _ListingMemo:
+    """The `documents` keys an instance listed during a run (`listing_memo`); None: not listed yet."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.keys: list[str] | None = None
+
+
+@contextmanager
+def listing_memo(instance) -> Iterator[None]:
+    """While in the block (a run the build executes in this process), the `documents` keys are
+    listed once by an instance of list_partition_keys_quickly and given again from memory: Dagster
+    lists them for every step whose input is all of them (6 listings of 50,000 keys per update run,
+    40-55 ms each). Adds and deletes made through this instance (or change_partitions) list them
+    again; those another process makes during the run are seen once it ends, as a run launched a
+    moment earlier would not have seen them either. The communities' keys are always listed: the
+    communities asset changes them, and a run of another process may too. Nothing on an instance
+    list_partition_keys_quickly did not change."""
+    memo = getattr(instance, "_graphrag_listing_memo", None)
+    if not isinstance(memo, _ListingMemo):
+        yield
+        return
+    memo.depth += 1
+    memo.keys = None
+    try:
+        yield
+    finally:
+        memo.depth -= 1
+        memo.keys = None
 
 
 def change_partitions(instance, partitions_def: dg.DynamicPartitionsDefinition, add=(), delete=()) -> None:
@@ -114,13 +168,18 @@ def _delete_at_once(instance, name: str, keys: list[str]) -> bool:
     if found is None:
         return False
     storage, table = found
-    with storage.index_connection() as conn:
-        for start in range(0, len(keys), 500):  # bounded statements (SQLite's variable limit)
-            conn.execute(
-                table.delete().where(
-                    (table.c.partitions_def_name == name) & table.c.partition.in_(keys[start : start + 500])
+    memo = getattr(instance, "_graphrag_listing_memo", None)
+    try:
+        with storage.index_connection() as conn:
+            for start in range(0, len(keys), 500):  # bounded statements (SQLite's variable limit)
+                conn.execute(
+                    table.delete().where(
+                        (table.c.partitions_def_name == name) & table.c.partition.in_(keys[start : start + 500])
+                    )
                 )
-            )
+    finally:
+        if isinstance(memo, _ListingMemo):
+            memo.keys = None  # listed again
     return True
 
 

@@ -1862,7 +1862,18 @@ def run() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    skip_final_collection()
     raise SystemExit(code)
+
+
+def skip_final_collection() -> None:
+    """Leave the objects alive now out of the collection the interpreter makes as it exits (gc.freeze):
+    it walked every one of them - the plan of every document, the instance's records - and found
+    nothing worth freeing in a process about to end (1.0 s after a one-document update at 50,000
+    documents). Exit handlers still run, and files are closed as before."""
+    import gc
+
+    gc.freeze()
 
 
 if __name__ == "__main__":

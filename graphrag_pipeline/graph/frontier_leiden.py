@@ -31,8 +31,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 _EPS = 1e-12
 # a follower moves only when its neighbours' moves make the new community better by more than this
@@ -281,6 +279,10 @@ def _split_disconnected(graph, mask, labels, members, result) -> bool:
 def _components(graph, mask, labels, nodes: set[int], c: int) -> list[set[int]]:
     """The connected pieces of community `c` (its edges between members only), found by scipy
     over the members' rows at once rather than node by node."""
+    # (imported here: the corpus survey's process imports this module for pair_order, not scipy)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     members = np.array(sorted(nodes), dtype=np.int64)
     owner, at = graph.entries(members)
     nbrs = graph.indices[at]

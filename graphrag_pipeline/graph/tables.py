@@ -9,11 +9,15 @@ edges: source_key < target_key (undirected, unique pair), source, target (displa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
-from scipy.sparse import csr_matrix
 
 from graphrag_pipeline.graph.frontier_leiden import pair_order
+
+if TYPE_CHECKING:  # (imported where used: the corpus survey's process reads these schemas, not the metrics)
+    from scipy.sparse import csr_matrix
 
 DESCRIPTION_SEP = "\n"
 # what a node or edge keeps of its mentions' descriptions: the distinct ones in first-seen order
@@ -80,6 +84,8 @@ def empty_edges() -> pl.DataFrame:
 def _adjacency(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> csr_matrix:
     """The symmetric weighted adjacency matrix of edges given once: duplicate entries are summed, like
     a multigraph's weights, so there is one stored entry per pair of neighbours (a zero sum too)."""
+    from scipy.sparse import csr_matrix
+
     rows = np.concatenate([src, dst])
     cols = np.concatenate([dst, src])
     w = np.concatenate([weight, weight]).astype(np.float64)
@@ -103,6 +109,8 @@ def pagerank(a: csr_matrix, *, alpha: float = 0.85, max_iter: int = 100, tol: fl
     stop when the L1 change is below n x tol), on a scipy sparse matrix: a 100k-edge graph takes
     milliseconds instead of the second networkx needs to build its graph.
     """
+    from scipy.sparse import csr_matrix
+
     n = a.shape[0]
     if n == 0:
         return np.zeros(0)

@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import polars as pl
 
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
-from graphrag_pipeline.graph.communities import CommunityState
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 from graphrag_pipeline.index.records import SOURCES_MEMO_SCHEMA, SOURCES_MEMO_SCHEME, SOURCES_PATHS_SCHEMA, SourcesMemo
 from graphrag_pipeline.reports.offline import CommunityReport
@@ -38,6 +38,9 @@ from graphrag_pipeline.storage.files import (
     write_parquet,
 )
 from graphrag_pipeline.storage.layout import Paths
+
+if TYPE_CHECKING:  # (imported where used: the corpus survey's process needs neither scipy nor the Leiden core)
+    from graphrag_pipeline.graph.communities import CommunityState
 
 CHUNK_ROWS = {
     "chunk_id": pl.Utf8,
@@ -666,6 +669,8 @@ class Store:
 
     def read_community_state(self) -> CommunityState | None:
         """The last clustering's state, or None (first build, or state missing or damaged)."""
+        from graphrag_pipeline.graph.communities import CommunityState
+
         bundle = ParquetBundle(self.paths.graph_dir, "communities-state")
         manifest = bundle.manifest()
         if manifest is None:

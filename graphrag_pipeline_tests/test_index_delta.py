@@ -1280,3 +1280,44 @@ def test_a_hub_record_keeps_its_first_source_ids_and_the_documents_that_hold_the
     edges = inp["edges"].with_columns(pl.lit(["a", "b", "c"]).alias("source_ids"))
     rows = records.build_index_rows(inp["nodes"], edges, inp["communities"], [], inp["chunks"])
     assert rows.relations["source_ids"].list.len().max() == 2
+
+
+def test_report_documents_rank_by_members_then_path_order_as_a_plain_count_does():
+    """A report's documents, counted on arrays, are those a plain count gives: the documents most
+    members name first, ties in path order, at most REPORT_MAX_DOCUMENTS; a member listed twice
+    counts twice, a member without a node and a document without chunks not at all; a report
+    without members has none. Random graphs, with many ties, large and small reports."""
+    import random
+
+    from graphrag_pipeline.index.records import REPORT_MAX_DOCUMENTS, _report_documents
+
+    rng = random.Random(11)
+    for trial in range(40):
+        n_docs = rng.choice([3, 12, 60, 400])
+        docs = [f"d{i:03d}" for i in range(n_docs)]
+        chunked = [d for d in docs if rng.random() > 0.1]
+        path = {d: f"corpus/{rng.randint(0, 10**6):07d}-{d}.txt" for d in chunked}
+        keys = [f"k{i:02d}" for i in range(rng.randint(1, 40))]
+        node_docs = {k: rng.sample(docs, rng.randint(0, min(n_docs, 30))) for k in keys}
+        nodes = pl.DataFrame(
+            {"key": keys, "doc_ids": [node_docs[k] for k in keys]},
+            schema={"key": pl.Utf8, "doc_ids": pl.List(pl.Utf8)},
+        )
+        members = [
+            [rng.choice([*keys, "no-such-node"]) for _ in range(rng.randint(0, 60 if trial % 4 == 0 else 6))]
+            for _ in range(rng.randint(1, 12))
+        ]
+        out = pl.DataFrame({"entity_keys": members}, schema={"entity_keys": pl.List(pl.Utf8)}).with_row_index("_i")
+        chunks = pl.DataFrame({"doc_id": chunked, "doc": [path[d] for d in chunked]})
+        got = _report_documents(out, nodes, chunks, None).sort("_i")["documents"].to_list()
+        order = {d: i for i, d in enumerate(sorted(chunked, key=lambda d: (path[d], d)))}
+        expected = []
+        for m in members:
+            count: dict[str, int] = {}
+            for k in m:
+                for d in node_docs.get(k, []):
+                    if d in path:
+                        count[d] = count.get(d, 0) + 1
+            ranked = sorted(count, key=lambda d: (-count[d], order[d]))[:REPORT_MAX_DOCUMENTS]
+            expected.append([path[d] for d in ranked])
+        assert got == expected, trial

@@ -2851,7 +2851,7 @@ def cmd_plots(args) -> None:
 
 
 # series of update-ab results by corpus size (`--name <series>-1k`, `-10k`, `-50k`), one plot each
-AB_SERIES = ("update-ab-sizes", "update-ab-sliced", "update-ab-round", "update-ab-listing")
+AB_SERIES = ("update-ab-sizes", "update-ab-sliced", "update-ab-round", "update-ab-listing", "update-ab-exit")
 AB_SIZES = {1000: "1k", 10000: "10k", 50000: "50k"}
 
 

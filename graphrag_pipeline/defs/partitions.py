@@ -100,11 +100,8 @@ def list_partition_keys_quickly(instance) -> bool:
 
     def forgetting(change):
         def changed(*args, **kwargs):
-            memo.keys = None
-            try:
+            with _listed_again(instance):
                 return change(*args, **kwargs)
-            finally:
-                memo.keys = None
 
         return changed
 
@@ -121,6 +118,20 @@ class _ListingMemo:
     def __init__(self) -> None:
         self.depth = 0
         self.keys: list[str] | None = None
+
+
+@contextmanager
+def _listed_again(instance) -> Iterator[None]:
+    """Around a change of the instance's partitions: the memo of its listing (if any) is forgotten
+    before the change and after it, also when the change fails midway."""
+    memo = getattr(instance, "_graphrag_listing_memo", None)
+    if isinstance(memo, _ListingMemo):
+        memo.keys = None
+    try:
+        yield
+    finally:
+        if isinstance(memo, _ListingMemo):
+            memo.keys = None
 
 
 @contextmanager
@@ -168,18 +179,13 @@ def _delete_at_once(instance, name: str, keys: list[str]) -> bool:
     if found is None:
         return False
     storage, table = found
-    memo = getattr(instance, "_graphrag_listing_memo", None)
-    try:
-        with storage.index_connection() as conn:
-            for start in range(0, len(keys), 500):  # bounded statements (SQLite's variable limit)
-                conn.execute(
-                    table.delete().where(
-                        (table.c.partitions_def_name == name) & table.c.partition.in_(keys[start : start + 500])
-                    )
+    with _listed_again(instance), storage.index_connection() as conn:
+        for start in range(0, len(keys), 500):  # bounded statements (SQLite's variable limit)
+            conn.execute(
+                table.delete().where(
+                    (table.c.partitions_def_name == name) & table.c.partition.in_(keys[start : start + 500])
                 )
-    finally:
-        if isinstance(memo, _ListingMemo):
-            memo.keys = None  # listed again
+            )
     return True
 
 

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
 import polars as pl
 
 from graphrag_pipeline import progress
@@ -450,8 +451,6 @@ def _ranked_documents(members: pl.DataFrame, latest: pl.DataFrame, numbered: pl.
     REPORT_MAX_DOCUMENTS; a member listed twice counts twice, a document without chunks not at all.
     Counted on integer arrays, one report at a time (a top-level community of 50,000 documents
     counts millions of (member, document) pairs: a group-by of the pairs cost twice as much)."""
-    import numpy as np
-
     empty = pl.DataFrame(schema={"_i": members.schema["_i"], "documents": pl.List(pl.Utf8)})
     if not members.height or not numbered.height:
         return empty

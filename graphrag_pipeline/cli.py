@@ -950,6 +950,13 @@ def _use_plan_cache(args: argparse.Namespace) -> bool:
 
 
 def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
+    from contextlib import ExitStack
+
+    with ExitStack() as held:  # (what the build holds until it returns: the listing of its documents)
+        return _build_holding(args, paths, prefetch, held)
+
+
+def _build_holding(args: argparse.Namespace, paths: Paths, prefetch, held) -> int:
     import dagster as dg
 
     from graphrag_pipeline.definitions import current_defs
@@ -960,6 +967,7 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
         community_partitions,
         documents_partitions,
         list_partition_keys_quickly,
+        listing_memo,
         loaded_for_current_kb,
         op_name,
     )
@@ -1024,6 +1032,9 @@ def _build(args: argparse.Namespace, paths: Paths, prefetch=None) -> int:
         # (counted from when the survey, in the second process, began its stats)
         since = prefetch.started if prefetch is not None else time.time()
         DOC_STATS.alone = alone_since(instance, datetime.fromtimestamp(since, UTC) - timedelta(seconds=1))
+    # the documents listed for the plan are the runs' (listed again after the plan's adds and deletes;
+    # another process's changes show with the next build, as they would had it begun a moment earlier)
+    held.enter_context(listing_memo(instance))
     existing = instance.get_dynamic_partitions(documents_partitions.name)
     corpus_cache = corpus_cache_path(paths.home)
     store = Store(paths)

@@ -491,6 +491,20 @@ def test_a_runs_listing_of_documents_is_taken_once_and_again_after_a_change(tmp_
             build.add_dynamic_partitions(docs, ["h.txt"])
             assert other.get_dynamic_partitions(docs)[-1] == "h.txt"
 
+        # a block inside another (a run inside the build's block) keeps the outer block's listing
+        with listing_memo(build):
+            assert build.get_dynamic_partitions(docs)[-1] == "h.txt"
+            other.add_dynamic_partitions(docs, ["i.txt"])
+            with listing_memo(build):
+                assert build.get_dynamic_partitions(docs)[-1] == "h.txt"
+            assert build.get_dynamic_partitions(docs)[-1] == "h.txt"
+            build.add_dynamic_partitions(docs, ["j.txt"])  # a change of its own: listed again
+            with listing_memo(build):
+                assert build.get_dynamic_partitions(docs)[-2:] == ["i.txt", "j.txt"]
+                other.add_dynamic_partitions(docs, ["k.txt"])
+            assert build.get_dynamic_partitions(docs)[-1] == "j.txt"
+        assert build.get_dynamic_partitions(docs)[-1] == "k.txt"
+
 
 def test_a_builds_quick_partition_listing_gives_what_dagster_lists(tmp_path):
     """The CLI build's instance lists partition keys with its own query (list_partition_keys_quickly):

@@ -143,18 +143,22 @@ def listing_memo(instance) -> Iterator[None]:
     again; those another process makes during the run are seen once it ends, as a run launched a
     moment earlier would not have seen them either. The communities' keys are always listed: the
     communities asset changes them, and a run of another process may too. Nothing on an instance
-    list_partition_keys_quickly did not change."""
+    list_partition_keys_quickly did not change. A block inside another (the runs inside the CLI
+    build's block, which begins where the build lists the documents for its plan) lists nothing
+    again: what the outer block listed stands until it ends, or until a change through the instance."""
     memo = getattr(instance, "_graphrag_listing_memo", None)
     if not isinstance(memo, _ListingMemo):
         yield
         return
+    if not memo.depth:  # (a block inside another - a run inside the build's - keeps its listing)
+        memo.keys = None
     memo.depth += 1
-    memo.keys = None
     try:
         yield
     finally:
         memo.depth -= 1
-        memo.keys = None
+        if not memo.depth:
+            memo.keys = None
 
 
 def change_partitions(instance, partitions_def: dg.DynamicPartitionsDefinition, add=(), delete=()) -> None:

@@ -1321,3 +1321,118 @@ def test_report_documents_rank_by_members_then_path_order_as_a_plain_count_does(
             ranked = sorted(count, key=lambda d: (-count[d], order[d]))[:REPORT_MAX_DOCUMENTS]
             expected.append([path[d] for d in ranked])
         assert got == expected, trial
+
+
+def _relations(n: int, seed: int) -> pl.DataFrame:
+    rng = random.Random(seed)
+    return pl.DataFrame(
+        {
+            "source_key": sorted(f"s{rng.randrange(400):03d}" for _ in range(n)),
+            "target_key": [f"t{i}" for i in range(n)],
+            "source": ["S"] * n,
+            "target": ["T"] * n,
+            "description": [("word " * rng.randrange(0, 12)).strip() for _ in range(n)],
+            "keywords": ["k"] * n,
+            "weight": [float(rng.randrange(1, 9)) for _ in range(n)],
+            "source_ids": [[f"c{j}" for j in range(rng.randrange(0, 4))] for _ in range(n)],
+        }
+    )
+
+
+def test_relation_hashes_are_taken_per_edge_file_from_the_memo_and_equal_hashing_every_row(tmp_path):
+    from graphrag_pipeline.index.records import COLUMNS, ROW_HASH_MEMO_SCHEME, RowHashMemo, row_hashes
+    from graphrag_pipeline.storage.files import write_parquet
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    cols = COLUMNS["relations"]
+    df = _relations(3000, 5)
+    sizes = [700, 0, 450, 1, 848, 1001]  # end to end: 3,000 rows (one file empty, one of one row)
+    segments = [(f"file{i}", n) for i, n in enumerate(sizes)]
+    memo = RowHashMemo(segments=segments)
+    assert memo.relation_hashes(df).equals(row_hashes(df, cols)) and memo.hashed == 3000 and memo.changed
+
+    # the file of rows 1151-1998 rewritten (a new identity): only its rows are hashed
+    edited = df.with_columns(
+        pl.when(pl.int_range(pl.len()).is_between(1200, 1300))
+        .then(pl.lit("rewritten"))
+        .otherwise(pl.col("description"))
+        .alias("description")
+    )
+    memo.segments = [*segments[:4], ("file4b", 848), segments[5]]
+    got = memo.relation_hashes(edited)
+    assert got.equals(row_hashes(edited, cols)) and not got.equals(row_hashes(df, cols))
+    assert (
+        memo.hashed == 848
+        and memo.changed
+        and set(memo.known) == {"file0", "file1", "file2", "file3", "file4b", "file5"}
+    )
+
+    # read back from the store: nothing hashed when the same files are read again
+    store = Store(Paths(tmp_path))
+    store.paths.graph_dir.mkdir(parents=True, exist_ok=True)
+    store.write_row_hashes("search_index", memo)
+    back = store.read_row_hashes("search_index")
+    back.segments = memo.segments
+    assert back.relation_hashes(edited).equals(got) and back.hashed == 0 and not back.changed
+    store.write_row_hashes("elasticsearch_index", back)  # unchanged: not written
+    assert not list(tmp_path.rglob("row-hashes.elasticsearch_index*"))
+
+    # a known file whose rows do not add up is hashed again; segments that do not cover the table: all is
+    back.segments = [("file0", 699), ("file0b", 1), *memo.segments[1:]]
+    assert back.relation_hashes(edited).equals(got) and back.hashed == 700
+    back.segments = memo.segments[:-1]
+    assert back.relation_hashes(edited).equals(got) and back.hashed == 3000 and back.known == {} and back.changed
+    store.write_row_hashes("search_index", back)  # an empty memo: its files are removed
+    assert not list(tmp_path.rglob("row-hashes.*")) and store.read_row_hashes("search_index").known == {}
+
+    # another hash scheme, or files that do not agree, are not used
+    store.write_row_hashes("search_index", memo)
+    hashes_file, segments_file = store._row_hash_files("search_index")
+    segments_df = pl.read_parquet(segments_file)
+    write_parquet(segments_df.with_columns(pl.lit("struct-polars-0.0|x").alias("scheme")), segments_file)
+    assert store.read_row_hashes("search_index").known == {}
+    write_parquet(segments_df.with_columns(pl.col("rows") + 1), segments_file)
+    assert store.read_row_hashes("search_index").known == {}
+    segments_file.write_bytes(b"not parquet")
+    assert store.read_row_hashes("search_index").known == {}
+    assert segments_df["scheme"].unique().to_list() == [ROW_HASH_MEMO_SCHEME]
+
+
+def test_an_update_hashes_only_the_relations_of_the_edge_files_it_rewrote(home, corpus, instance, monkeypatch):
+    """Through the CLI, with small edge slices: a one-document edit hashes the relations of the
+    slices the merge rewrote, and every published relation's hash is that of its content."""
+    from graphrag_pipeline.index.records import COLUMNS, row_hashes
+    from graphrag_pipeline.storage import sliced_graph
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+    from graphrag_pipeline_tests.conftest import cli
+
+    monkeypatch.setattr(sliced_graph, "SLICE_EDGES", 48)
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    inst = instance()
+    first = _metadata(inst, "search_index")
+    assert first["relations_hashed"] == first["relations"] > 500
+    store = Store(Paths(home))
+    before = store.edge_segments("resolved_graph", {})
+    doc = corpus / "curie_radioactivity.md"
+    doc.write_text(
+        doc.read_text(encoding="utf-8") + "\n\nIn 1921 Marie Curie toured the United States with Irene Curie.\n",
+        encoding="utf-8",
+    )
+    code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
+    assert code == 0, out
+    second = _metadata(inst, "search_index")
+    assert second["mode"] == "delta" and second["relations"] >= first["relations"]
+    # exactly the rows of the edge files that are new since the first build
+    after = store.edge_segments("resolved_graph", {})
+    rewritten = sum(n for identity, n in after if identity not in dict(before))
+    assert len(after) > 10 and 0 < rewritten < second["relations"]
+    assert second["relations_hashed"] == rewritten
+    con = duckdb.connect(str(home / "index" / "search_index.duckdb"), read_only=True)
+    try:
+        stored = con.sql(f"SELECT {', '.join(COLUMNS['relations'])}, row_hash FROM relations").pl()
+    finally:
+        con.close()
+    assert stored["row_hash"].equals(row_hashes(stored, COLUMNS["relations"]).alias("row_hash"))

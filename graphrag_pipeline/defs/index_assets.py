@@ -55,8 +55,8 @@ def _incomplete(message: str, verdict) -> dg.Failure:
 
 def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings, asset: str) -> tuple:
     """What an index is built from, read through the store: the resolved graph, the communities,
-    every reportable community's report, the chunks of every document (a missing input fails) and
-    the asset's memo of report sources; and the store (to write the memo back)."""
+    every reportable community's report, the chunks of every document (a missing input fails), the
+    asset's memos of report sources and of row hashes; and the store (to write the memos back)."""
     store = settings.store()
     doc_keys = document_keys(context.instance)
     optional = NotMaterialized(context.instance, "chunks", doc_keys)  # asked only when chunk files are missing
@@ -65,8 +65,14 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-chunks") as pool:
         # a document not chunked yet may have no chunk files; every chunked one must have them
         chunks = pool.submit(all_chunks, store, doc_keys, optional=optional, held=held)
+        # the relations' hashes are reused for the edge files read, the same before and after the read
+        hashes = store.read_row_hashes(asset)
+        rows = {k: v.len() for k, v in hashes.known.items()}
+        before = store.edge_segments("resolved_graph", rows)
         # the columns the records are built from (not the description fragments: half the bytes)
         nodes, edges = store.read_graph("resolved_graph", list(COLUMNS["entities"]), list(COLUMNS["relations"]))
+        after = store.edge_segments("resolved_graph", {**rows, **dict(before or [])})
+        hashes.segments = before if before == after else None
         try:
             chunk_df = chunks.result()
         except MissingInputError as exc:
@@ -88,7 +94,8 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
             f"(first: {', '.join(sorted(held)[:5])}): "
             "the index keeps their previous chunks, which the graph's entities cite, until they are extracted"
         )
-    return store, nodes, edges, comms, reports, chunk_df, doc_keys, store.read_report_sources(asset), held
+    sources = store.read_report_sources(asset)
+    return store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held, hashes
 
 
 def index_check_files(store) -> list:
@@ -138,7 +145,7 @@ def search_index(
     # the files the verification reads, identified before they are read (search_index_is_complete
     # re-uses the verdict for the same files and the index as published)
     verified_files = VERDICTS.identities(index_check_files(settings.store()))
-    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held = _index_inputs(
+    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held, hashes = _index_inputs(
         context, settings, "search_index"
     )
     embedder, step = _embedder("search_index", settings, llm)
@@ -157,6 +164,7 @@ def search_index(
                 full_rebuild=config.full_rebuild,
                 log=context.log.info,
                 sources=sources,
+                hashes=hashes,
             )
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
@@ -165,6 +173,7 @@ def search_index(
         published = VERDICTS.identities([settings.paths.index_file])
         VERDICTS.put(VERDICTS.key("index", [*published, *verified_files]), result.verdict)
     store.write_report_sources("search_index", sources)
+    store.write_row_hashes("search_index", hashes)
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
     seconds = time.perf_counter() - started
@@ -186,6 +195,7 @@ def search_index(
             "phase_seconds": dg.MetadataValue.json({"inputs": round(inputs_seconds, 3), **changes["phase_seconds"]}),
             "documents": len(doc_keys),
             "documents_behind_their_chunks": len(held),
+            "relations_hashed": hashes.hashed,  # (the others' row hashes were those of the files read before)
             "communities": comms.height,
             "reportable_communities": len(reports),
             "path": dg.MetadataValue.path(str(settings.paths.index_file)),
@@ -228,13 +238,14 @@ def elasticsearch_index(
             metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"}
         )
     started = time.perf_counter()
-    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held = _index_inputs(
+    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held, hashes = _index_inputs(
         context, settings, "elasticsearch_index"
     )
     embedder, step = _embedder("elasticsearch_index", settings, llm)
     # no n-hop paths here: sync_records computes them where edges changed
-    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources)
+    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources, hashes=hashes)
     store.write_report_sources("elasticsearch_index", sources)
+    store.write_row_hashes("elasticsearch_index", hashes)
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:

@@ -71,6 +71,7 @@ from graphrag_pipeline.index.records import (
     TEXT_COLUMNS,
     VECTOR_TABLES,
     IndexTables,
+    RowHashMemo,
     SourcesMemo,
     add_vectors,
     build_index_rows,
@@ -933,12 +934,14 @@ def publish_index(
     compact_min_blocks: int = COMPACT_MIN_FREE_BLOCKS,
     log=None,
     sources: SourcesMemo | None = None,
+    hashes: RowHashMemo | None = None,
 ) -> PublishResult:
     """Publish the index of these inputs at `target`, by delta when the published index allows it.
 
     Raises IncompleteIndexError (nothing published, the old index untouched) when the result would
     not cover the graph; see the module docstring for the rest. sources: the reports' documents as
-    last computed (records.SourcesMemo), reused where their members' documents did not change."""
+    last computed (records.SourcesMemo), reused where their members' documents did not change;
+    hashes: the relations' row hashes as last computed (records.RowHashMemo), reused likewise."""
     started = time.perf_counter()
     phases: dict[str, float] = {}
     clock = [started]
@@ -964,7 +967,7 @@ def publish_index(
     spare = usable_spare(target, prev, read_meta) if patchable else None
     copier = _Copier(target) if patchable and spare is None else None
     try:
-        rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources)
+        rows = build_index_rows(nodes, edges, communities, reports, chunks, nhop=False, sources=sources, hashes=hashes)
         base_meta = {"embedding_model": embedder.model_id, "embedding_dim": embedder.dim, **meta}
         lap("records")
 

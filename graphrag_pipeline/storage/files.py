@@ -780,14 +780,16 @@ class ParquetBundle:
         self.name = name
         self.manifest_path = self.folder / f"{name}.manifest.json"
 
-    def manifest(self) -> dict | None:
+    def manifest(self, *, present: bool = True) -> dict | None:
+        """The manifest in force (None when missing or damaged); with `present`, None also when a
+        file it names is missing (without: a caller that stats every file anyway)."""
         try:
             data = read_json(self.manifest_path)
         except (OSError, ValueError):
             return None
         if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
             return None
-        if not all((self.folder / f).exists() for f in data["tables"].values()):
+        if present and not all((self.folder / f).exists() for f in data["tables"].values()):
             return None
         return data
 

@@ -23,7 +23,15 @@ import polars as pl
 
 from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
-from graphrag_pipeline.index.records import SOURCES_MEMO_SCHEMA, SOURCES_MEMO_SCHEME, SOURCES_PATHS_SCHEMA, SourcesMemo
+from graphrag_pipeline.index.records import (
+    HASH,
+    ROW_HASH_MEMO_SCHEME,
+    SOURCES_MEMO_SCHEMA,
+    SOURCES_MEMO_SCHEME,
+    SOURCES_PATHS_SCHEMA,
+    RowHashMemo,
+    SourcesMemo,
+)
 from graphrag_pipeline.reports.offline import CommunityReport
 from graphrag_pipeline.storage import sliced_graph
 from graphrag_pipeline.storage.files import (
@@ -33,6 +41,7 @@ from graphrag_pipeline.storage.files import (
     parquet_problem,
     read_json,
     read_parquet,
+    stat_identity,
     verify_parquet,
     write_json,
     write_parquet,
@@ -736,6 +745,80 @@ class Store:
         # the lists first: lists newer than their paths are only discarded when a path moved
         write_parquet(memo.table.with_columns(pl.lit(SOURCES_MEMO_SCHEME).alias("scheme")), table_file)
         write_parquet(memo.paths, paths_file)
+
+    def edge_segments(self, name: str, rows: Mapping[str, int]) -> list[tuple[str, int]] | None:
+        """(identity, rows) of each file of graph `name`'s edges, in the order a reader puts them end
+        to end (RowHashMemo.segments): the rows of an identity in `rows` are taken from there, the
+        others' from the file's footer. None for a graph from before slicing or not built, or when a
+        file cannot be stat'ed or its footer read."""
+        bundle = self._graph_bundle(name)
+        manifest = bundle.manifest(present=False)  # (a missing file cannot be stat'ed below)
+        if manifest is None or "metrics" not in manifest["tables"]:
+            return None
+        out = []
+        for path in sliced_graph.part_files(bundle, manifest, "edges"):
+            identity = stat_identity(path)
+            if identity is None:
+                return None
+            key = ":".join(str(v) for v in identity)
+            n = rows.get(key)
+            if n is None:
+                import pyarrow.lib
+                import pyarrow.parquet
+
+                try:  # (the footer alone: a tenth of what a scan of the file costs polars)
+                    n = pyarrow.parquet.read_metadata(path).num_rows
+                except (OSError, pyarrow.lib.ArrowException):
+                    return None
+            out.append((key, n))
+        return out
+
+    def _row_hash_files(self, asset: str) -> tuple[Path, Path]:
+        stem = self.paths.graph_dir / f"row-hashes.{asset}"
+        return Path(f"{stem}.parquet"), Path(f"{stem}.segments.parquet")
+
+    def read_row_hashes(self, asset: str) -> RowHashMemo:
+        """The asset's RowHashMemo as last written (empty when missing, damaged or of another scheme),
+        without segments (see edge_segments)."""
+        hashes_file, segments_file = self._row_hash_files(asset)
+        try:
+            if not (hashes_file.exists() and segments_file.exists()):
+                return RowHashMemo()
+            segments, hashes = pl.read_parquet(segments_file), pl.read_parquet(hashes_file)
+        except (OSError, pl.exceptions.PolarsError):
+            return RowHashMemo()
+        wanted = {"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8}
+        if dict(segments.schema) != wanted or dict(hashes.schema) != {HASH: pl.UInt64}:
+            return RowHashMemo()
+        if segments["rows"].sum() != hashes.height or segments["scheme"].ne(ROW_HASH_MEMO_SCHEME).any():
+            return RowHashMemo()
+        known, offset = {}, 0
+        for segment, n in zip(segments["segment"], segments["rows"]):
+            known[segment] = hashes[HASH].slice(offset, n)
+            offset += n
+        return RowHashMemo(known=known)
+
+    def write_row_hashes(self, asset: str, memo: RowHashMemo) -> None:
+        """Write `memo` back when it changed (its hashes first: segments that do not add up to them are
+        not read)."""
+        if not memo.changed:
+            return
+        hashes_file, segments_file = self._row_hash_files(asset)
+        if not memo.known:
+            segments_file.unlink(missing_ok=True)
+            hashes_file.unlink(missing_ok=True)
+            return
+        series = list(memo.known.values())
+        write_parquet(pl.DataFrame({HASH: pl.concat(series)}, schema={HASH: pl.UInt64}), hashes_file)
+        segments = pl.DataFrame(
+            {
+                "segment": list(memo.known),
+                "rows": [s.len() for s in series],
+                "scheme": [ROW_HASH_MEMO_SCHEME] * len(series),
+            },
+            schema={"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8},
+        )
+        write_parquet(segments, segments_file)
 
     def read_communities(self) -> pl.DataFrame:
         path = self.communities_file()

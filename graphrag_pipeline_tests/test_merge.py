@@ -617,6 +617,52 @@ def test_metrics_on_random_multigraphs_match_networkx_with_summed_weights():
         assert out["pagerank"].to_list() == pytest.approx([pr[k] for k in keys], abs=1e-5), trial
 
 
+def test_metrics_of_edges_in_the_merged_graphs_order_take_the_triangle_and_equal_the_full_matrix(monkeypatch):
+    """Edges as a merged graph stores them (each pair once, source key before target key, sorted)
+    over nodes sorted by key: degree and PageRank come from the upper triangle alone (no sort of
+    both directions), equal to those of the full matrix and to networkx's; any other order takes
+    the full matrix."""
+    import random
+
+    import networkx as nx
+    import numpy as np
+
+    from graphrag_pipeline.graph import tables
+
+    calls = []
+    full = tables._adjacency
+    monkeypatch.setattr(tables, "_adjacency", lambda *a: calls.append(1) or full(*a))
+    rng = random.Random(8)
+    for trial in range(30):
+        keys = sorted(f"n{i}" for i in range(rng.randint(2, 40)))
+        pairs = {tuple(sorted(rng.sample(keys, 2))) for _ in range(rng.randint(1, 120))}
+        rows = sorted((a, b, rng.choice([0.0, 0.5, 1.0, 3.0, None])) for a, b in pairs)
+        edges = pl.DataFrame(
+            rows, schema={"source_key": pl.Utf8, "target_key": pl.Utf8, "weight": pl.Float64}, orient="row"
+        )
+        nodes = pl.DataFrame({"key": keys, "degree": [0] * len(keys), "pagerank": [0.0] * len(keys)})
+        calls.clear()
+        out = with_metrics(nodes, edges)
+        assert not calls, trial  # the triangle
+        swapped = edges.with_columns(source_key=pl.col("target_key"), target_key=pl.col("source_key"))
+        shuffled = with_metrics(nodes, edges.reverse() if edges.height > 1 else swapped)
+        assert calls == [1], trial  # not in order: the full matrix
+        assert out["degree"].equals(shuffled["degree"])
+        assert np.allclose(out["pagerank"].to_numpy(), shuffled["pagerank"].to_numpy(), rtol=1e-12, atol=0)
+        g = nx.Graph()
+        g.add_nodes_from(keys)
+        g.add_weighted_edges_from((a, b, 1.0 if w is None else w) for a, b, w in rows)
+        pr = nx.pagerank(g, weight="weight", tol=1e-10, max_iter=1000)  # (ours stops at networkx's default tol)
+        assert out["degree"].to_list() == [g.degree(k) for k in keys], trial
+        assert out["pagerank"].to_list() == pytest.approx([pr[k] for k in keys], abs=5e-5), trial
+    # a pair given twice, or an edge from a key to an earlier one, is not the triangle's order either
+    nodes = pl.DataFrame({"key": ["a", "b", "c"], "degree": [0] * 3, "pagerank": [0.0] * 3})
+    for src, dst in ((["a", "a"], ["b", "b"]), (["b"], ["a"])):
+        calls.clear()
+        out = with_metrics(nodes, pl.DataFrame({"source_key": src, "target_key": dst, "weight": [1.0] * len(src)}))
+        assert calls == [1] and out["degree"].to_list() == [1, 1, 0]
+
+
 def test_splice_sorted_equals_a_filter_and_a_sort():
     """Random removals and insertions (at both ends, keys that are prefixes of others, non-ASCII):
     the spliced table equals the kept rows and the fresh ones concatenated and sorted; so does the

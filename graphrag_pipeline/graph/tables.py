@@ -101,6 +101,55 @@ def _adjacency(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> 
     return csr_matrix((w[order], c, indptr), shape=(n, n))
 
 
+def _upper(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> csr_matrix | None:
+    """The upper triangle of the symmetric adjacency (`_adjacency` is it plus its transpose), when the
+    edges are given in its CSR order already - each pair once, source before target, sorted by
+    (source, target), as the merged graph's edges are (canonical pairs, sorted by key): built without
+    a sort or a copy of both directions. None when they are not."""
+    from scipy.sparse import csr_matrix
+
+    if len(src) and not bool(np.all(src < dst)):
+        return None
+    same = src[1:] == src[:-1]
+    if not bool(np.all((src[1:] > src[:-1]) | (same & (dst[1:] > dst[:-1])))):
+        return None
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    return csr_matrix((weight.astype(np.float64), dst, indptr), shape=(n, n))
+
+
+def _pagerank_upper(u: csr_matrix) -> np.ndarray:
+    """`pagerank` of the graph whose adjacency is u + u.T, with u from `_upper`: A D^-1 x taken as
+    u y + u.T y for y = D^-1 x (the same terms, summed in another order)."""
+    n = u.shape[0]
+    # each node's weight: its row of the triangle and its column
+    row_sums = np.asarray(u.sum(axis=1)).ravel()
+    inv, dangling = _inverse_weights(row_sums + np.bincount(u.indices, weights=u.data, minlength=n))
+
+    def spread(x: np.ndarray) -> np.ndarray:
+        y = inv * x
+        return u @ y + u.T @ y
+
+    return _iterate(n, dangling, spread)
+
+
+def _inverse_weights(out_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """1 / each node's total edge weight (0 for a node without any), and which nodes have none."""
+    dangling = out_weight == 0
+    return np.divide(1.0, out_weight, out=np.zeros(len(out_weight)), where=~dangling), dangling
+
+
+def _iterate(n: int, dangling: np.ndarray, spread, alpha: float = 0.85, max_iter: int = 100, tol: float = 1.0e-6):
+    """The PageRank iteration of `pagerank`, where spread(x) is A D^-1 x."""
+    x = np.full(n, 1.0 / n)
+    for _ in range(max_iter):
+        last = x
+        x = alpha * (spread(last) + last[dangling].sum() / n) + (1.0 - alpha) / n
+        if np.abs(x - last).sum() < n * tol:
+            return x
+    return x  # networkx raises here; a ranking that has not fully converged is still a ranking
+
+
 def pagerank(a: csr_matrix, *, alpha: float = 0.85, max_iter: int = 100, tol: float = 1.0e-6) -> np.ndarray:
     """Weighted PageRank of the undirected graph whose `_adjacency` is `a`.
 
@@ -114,19 +163,11 @@ def pagerank(a: csr_matrix, *, alpha: float = 0.85, max_iter: int = 100, tol: fl
     n = a.shape[0]
     if n == 0:
         return np.zeros(0)
-    out_weight = np.asarray(a.sum(axis=1)).ravel()
-    dangling = out_weight == 0
-    inv = np.divide(1.0, out_weight, out=np.zeros(n), where=~dangling)
+    inv, dangling = _inverse_weights(np.asarray(a.sum(axis=1)).ravel())
     # (D^-1 A)^T = A D^-1 for the symmetric A: each stored entry scaled by the inverse weight of its
     # column (no diagonal product and no transposed copy of a million-entry matrix)
     transition = csr_matrix((a.data * inv[a.indices], a.indices, a.indptr), shape=(n, n))
-    x = np.full(n, 1.0 / n)
-    for _ in range(max_iter):
-        last = x
-        x = alpha * (transition @ last + last[dangling].sum() / n) + (1.0 - alpha) / n
-        if np.abs(x - last).sum() < n * tol:
-            return x
-    return x  # networkx raises here; a ranking that has not fully converged is still a ranking
+    return _iterate(n, dangling, lambda x: transition @ x, alpha, max_iter, tol)
 
 
 def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
@@ -170,9 +211,14 @@ def with_metrics(nodes: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
     # distinct neighbours: the stored entries of the symmetric matrix once duplicates are summed (a
     # sparse build is linear; sorting every pair as one array cost 8x more at 800,000 edges). The
     # PageRank iterates on the same matrix: one build of it, not two (0.2 s at 50,000 documents)
-    a = _adjacency(n, src, dst, w)
-    degree = np.diff(a.indptr)
-    pr = pagerank(a) if len(src) else np.full(n, 1.0 / n)
+    u = _upper(n, src, dst, w)
+    if u is not None:  # the merged graph's edges: 0.2 -> 0.05 s at 834,000 edges
+        degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+        pr = _pagerank_upper(u) if len(src) else np.full(n, 1.0 / n)
+    else:
+        a = _adjacency(n, src, dst, w)
+        degree = np.diff(a.indptr)
+        pr = pagerank(a) if len(src) else np.full(n, 1.0 / n)
     return nodes.with_columns(
         pl.Series("degree", degree[: nodes.height], dtype=pl.Int64),
         pl.Series("pagerank", pr[: nodes.height], dtype=pl.Float64),

@@ -854,8 +854,10 @@ def test_the_cli_exits_non_zero_and_keeps_the_published_index_when_a_report_is_u
     index = home / "index" / "search_index.duckdb"
     before, meta_before = index.read_bytes(), read_meta(index)
     victim = sorted(p.stem for p in (home / "reports").glob("*.json"))[0]
-    read_report = Store.read_report
+    read_report, identity = Store.read_report, Store.report_identity
     monkeypatch.setattr(Store, "read_report", lambda self, cid: None if cid == victim else read_report(self, cid))
+    # (a file that cannot be read now is another file than the one the index read last time)
+    monkeypatch.setattr(Store, "report_identity", lambda self, cid: "other" if cid == victim else identity(self, cid))
     doc = sorted(corpus.iterdir())[0]
     doc.write_text(doc.read_text(encoding="utf-8") + "\n\nAda Lovelace wrote to Charles Babbage.\n", encoding="utf-8")
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")
@@ -863,6 +865,7 @@ def test_the_cli_exits_non_zero_and_keeps_the_published_index_when_a_report_is_u
     assert victim in out and "no report file" in out and "build FAILED" in out, out
     assert index.read_bytes() == before and read_meta(index) == meta_before  # the complete index stays published
     monkeypatch.setattr(Store, "read_report", read_report)
+    monkeypatch.setattr(Store, "report_identity", identity)
     code, out = cli("build", "--corpus", str(corpus), "--method", "fast")  # readable again: published
     assert code == 0, out
     assert read_meta(index)["index_version"] == meta_before["index_version"] + 1
@@ -1401,7 +1404,8 @@ def test_relation_hashes_are_taken_per_edge_file_from_the_memo_and_equal_hashing
 
 def test_an_update_hashes_only_the_relations_of_the_edge_files_it_rewrote(home, corpus, instance, monkeypatch):
     """Through the CLI, with small edge slices: a one-document edit hashes the relations of the
-    slices the merge rewrote, and every published relation's hash is that of its content."""
+    slices the merge rewrote and reads the reports it wrote, and every published relation's hash is
+    that of its content."""
     from graphrag_pipeline.index.records import COLUMNS, row_hashes
     from graphrag_pipeline.storage import sliced_graph
     from graphrag_pipeline.storage.layout import Paths
@@ -1416,6 +1420,9 @@ def test_an_update_hashes_only_the_relations_of_the_edge_files_it_rewrote(home, 
     assert first["relations_hashed"] == first["relations"] > 500
     store = Store(Paths(home))
     before = store.edge_segments("resolved_graph", {})
+    reportable = store.read_communities().filter(pl.col("size") >= 2)["community_id"].to_list()
+    assert first["reports_read"] == len(reportable) == first["reportable_communities"]
+    files = {cid: store.report_identity(cid) for cid in reportable}
     doc = corpus / "curie_radioactivity.md"
     doc.write_text(
         doc.read_text(encoding="utf-8") + "\n\nIn 1921 Marie Curie toured the United States with Irene Curie.\n",
@@ -1430,9 +1437,72 @@ def test_an_update_hashes_only_the_relations_of_the_edge_files_it_rewrote(home, 
     rewritten = sum(n for identity, n in after if identity not in dict(before))
     assert len(after) > 10 and 0 < rewritten < second["relations"]
     assert second["relations_hashed"] == rewritten
+    # and the reports read are those whose file is new (written by this build)
+    reportable = store.read_communities().filter(pl.col("size") >= 2)["community_id"].to_list()
+    written = [cid for cid in reportable if files.get(cid) != store.report_identity(cid)]
+    assert 0 < second["reports_read"] == len(written) < len(reportable) / 2
     con = duckdb.connect(str(home / "index" / "search_index.duckdb"), read_only=True)
     try:
         stored = con.sql(f"SELECT {', '.join(COLUMNS['relations'])}, row_hash FROM relations").pl()
     finally:
         con.close()
     assert stored["row_hash"].equals(row_hashes(stored, COLUMNS["relations"]).alias("row_hash"))
+
+
+def test_report_rows_are_read_only_from_report_files_written_since_and_equal_reading_every_report(tmp_path):
+    from graphrag_pipeline.index.records import (
+        REPORT_ROWS_MEMO_SCHEMA,
+        collect_report_rows,
+        collect_reports,
+        report_base_rows,
+    )
+    from graphrag_pipeline.storage.files import write_parquet
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    inp = _inputs()
+    store = Store(Paths(tmp_path))
+    for folder in (store.paths.reports_dir, store.paths.graph_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    for report in inp["reports"].values():
+        store.write_report(report)
+    comms = inp["communities"]
+    reads = []
+
+    def read(cid):
+        reads.append(cid)
+        return store.read_report(cid)
+
+    def expected(communities):
+        reports, missing = collect_reports(communities, store.read_report)
+        return report_base_rows(reports), missing
+
+    memo = store.read_report_rows("search_index")  # none yet
+    rows, missing = collect_report_rows(comms, store.report_identity, read, memo)
+    want, _ = expected(comms)
+    assert rows.equals(want) and missing == [] and memo.read == len(reads) == want.height > 20 and memo.changed
+    store.write_report_rows("search_index", memo)
+
+    # read back: nothing read again; one report rewritten, one removed, the communities in another order
+    memo = store.read_report_rows("search_index")
+    reads.clear()
+    again, _ = collect_report_rows(comms, store.report_identity, read, memo)
+    assert again.equals(want) and reads == [] and memo.read == 0 and not memo.changed
+    changed = inp["reports"]["L0-012"]
+    changed.title = "A new title"
+    store.write_report(changed)
+    (store.paths.reports_dir / "L1-024.json").unlink()
+    shuffled = comms.sample(fraction=1.0, shuffle=True, seed=3)
+    rows, missing = collect_report_rows(shuffled, store.report_identity, read, memo)
+    want, want_missing = expected(shuffled)
+    assert rows.equals(want) and missing == want_missing == ["L1-024"] and reads == ["L0-012"]
+    assert "A new title" in rows["title"].to_list() and memo.changed and memo.read == 1
+    assert memo.rows.height == want.height and set(memo.rows.columns) == set(REPORT_ROWS_MEMO_SCHEMA)
+
+    # a memo of another scheme, or damaged, is not used
+    store.write_report_rows("search_index", memo)
+    path = store._report_rows_file("search_index")
+    write_parquet(pl.read_parquet(path).with_columns(pl.lit("report-rows-0").alias("scheme")), path)
+    assert store.read_report_rows("search_index").rows is None
+    path.write_bytes(b"damaged")
+    assert store.read_report_rows("search_index").rows is None

@@ -3,6 +3,7 @@ Elasticsearch copy (following the same delta when it can)."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import dagster as dg
 import polars as pl
@@ -18,9 +19,16 @@ from graphrag_pipeline.graph.mentions import all_chunks
 from graphrag_pipeline.index.duckdb_writer import IncompleteIndexError, missing_reports_completeness, publish_index
 from graphrag_pipeline.index.embedding import EndpointEmbedder, HashingEmbedder
 from graphrag_pipeline.index.es_writer import EsConfig, EsIndexError, sync_records
-from graphrag_pipeline.index.records import COLUMNS, build_index_rows, collect_reports
+from graphrag_pipeline.index.records import (
+    COLUMNS,
+    ReportRowsMemo,
+    RowHashMemo,
+    SourcesMemo,
+    build_index_rows,
+    collect_report_rows,
+)
 from graphrag_pipeline.storage.files import VERDICTS
-from graphrag_pipeline.storage.store import MissingInputError
+from graphrag_pipeline.storage.store import MissingInputError, Store
 
 
 class SearchIndexConfig(dg.Config):
@@ -53,14 +61,45 @@ def _incomplete(message: str, verdict) -> dg.Failure:
     )
 
 
-def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings, asset: str) -> tuple:
+@dataclass
+class IndexInputs:
+    """What an index is built from (_index_inputs), and the asset's memos (written back by `remember`)."""
+
+    store: Store
+    nodes: pl.DataFrame
+    edges: pl.DataFrame
+    communities: pl.DataFrame
+    reports: pl.DataFrame  # report_base_rows of every reportable community
+    chunks: pl.DataFrame
+    doc_keys: list[str]
+    held: set[str]  # documents whose extraction is behind their chunks (see all_chunks)
+    sources: SourcesMemo
+    hashes: RowHashMemo
+    report_rows: ReportRowsMemo
+
+    def remember(self, asset: str) -> None:
+        """Write the memos back (once the records are built from them)."""
+        self.store.write_report_sources(asset, self.sources)
+        self.store.write_row_hashes(asset, self.hashes)
+        self.store.write_report_rows(asset, self.report_rows)
+
+    def metadata(self) -> dict:
+        return {
+            "documents_behind_their_chunks": len(self.held),
+            # (the other relations' row hashes, the other reports' rows: those of the files read before)
+            "relations_hashed": self.hashes.hashed,
+            "reports_read": self.report_rows.read,
+        }
+
+
+def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings, asset: str) -> IndexInputs:
     """What an index is built from, read through the store: the resolved graph, the communities,
     every reportable community's report, the chunks of every document (a missing input fails), the
-    asset's memos of report sources and of row hashes; and the store (to write the memos back)."""
+    asset's memos of report sources, row hashes and report rows."""
     store = settings.store()
     doc_keys = document_keys(context.instance)
     optional = NotMaterialized(context.instance, "chunks", doc_keys)  # asked only when chunk files are missing
-    held: set[str] = set()  # documents whose extraction is behind their chunks (see all_chunks)
+    held: set[str] = set()
     # the chunks are read beside the graph (polars decodes without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-chunks") as pool:
         # a document not chunked yet may have no chunk files; every chunked one must have them
@@ -80,11 +119,12 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
     comms = store.read_communities()
     # every reportable community of the communities table needs its report file: a missing one is
     # an error, never a silently smaller index
-    reports, missing = collect_reports(comms, store.read_report)
+    report_rows = store.read_report_rows(asset)
+    reports, missing = collect_report_rows(comms, store.report_identity, store.read_report, report_rows)
     if missing:
-        verdict = missing_reports_completeness(missing, len(reports) + len(missing))
+        verdict = missing_reports_completeness(missing, reports.height + len(missing))
         raise _incomplete(
-            f"{len(missing)} of {len(reports) + len(missing)} reportable communities have no report file "
+            f"{len(missing)} of {reports.height + len(missing)} reportable communities have no report file "
             f"(first: {', '.join(missing[:5])})",
             verdict,
         )
@@ -95,7 +135,7 @@ def _index_inputs(context: dg.AssetExecutionContext, settings: PipelineSettings,
             "the index keeps their previous chunks, which the graph's entities cite, until they are extracted"
         )
     sources = store.read_report_sources(asset)
-    return store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held, hashes
+    return IndexInputs(store, nodes, edges, comms, reports, chunk_df, doc_keys, held, sources, hashes, report_rows)
 
 
 def index_check_files(store) -> list:
@@ -145,26 +185,25 @@ def search_index(
     # the files the verification reads, identified before they are read (search_index_is_complete
     # re-uses the verdict for the same files and the index as published)
     verified_files = VERDICTS.identities(index_check_files(settings.store()))
-    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held, hashes = _index_inputs(
-        context, settings, "search_index"
-    )
+    inputs = _index_inputs(context, settings, "search_index")
+    comms = inputs.communities
     embedder, step = _embedder("search_index", settings, llm)
     inputs_seconds = time.perf_counter() - started
     try:
         with endpoint_down_fails_the_step(step, after=_LEFT_AS_IT_WAS):
             result = publish_index(
                 settings.paths.index_file,
-                nodes,
-                edges,
+                inputs.nodes,
+                inputs.edges,
                 comms,
-                reports,
-                chunk_df,
+                inputs.reports,
+                inputs.chunks,
                 embedder,
-                {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+                {"method": settings.method, "documents": len(inputs.doc_keys), "communities": comms.height},
                 full_rebuild=config.full_rebuild,
                 log=context.log.info,
-                sources=sources,
-                hashes=hashes,
+                sources=inputs.sources,
+                hashes=inputs.hashes,
             )
     except IncompleteIndexError as exc:
         raise _incomplete(str(exc), exc.completeness) from None
@@ -172,8 +211,7 @@ def search_index(
     if result.verdict is not None:
         published = VERDICTS.identities([settings.paths.index_file])
         VERDICTS.put(VERDICTS.key("index", [*published, *verified_files]), result.verdict)
-    store.write_report_sources("search_index", sources)
-    store.write_row_hashes("search_index", hashes)
+    inputs.remember("search_index")
     counts = dict(result.meta.get("counts", {}))
     changes = result.to_metadata()
     seconds = time.perf_counter() - started
@@ -193,11 +231,10 @@ def search_index(
             "row_changes_json": dg.MetadataValue.json(changes["row_changes"]),
             "seconds": round(seconds, 3),
             "phase_seconds": dg.MetadataValue.json({"inputs": round(inputs_seconds, 3), **changes["phase_seconds"]}),
-            "documents": len(doc_keys),
-            "documents_behind_their_chunks": len(held),
-            "relations_hashed": hashes.hashed,  # (the others' row hashes were those of the files read before)
+            "documents": len(inputs.doc_keys),
+            **inputs.metadata(),
             "communities": comms.height,
-            "reportable_communities": len(reports),
+            "reportable_communities": inputs.reports.height,
             "path": dg.MetadataValue.path(str(settings.paths.index_file)),
             "size_bytes": result.size,
             "embedding_model": embedder.model_id,
@@ -238,14 +275,21 @@ def elasticsearch_index(
             metadata={"skipped": "GRAPHRAG_ES_URL is not set; the DuckDB index is the only index"}
         )
     started = time.perf_counter()
-    store, nodes, edges, comms, reports, chunk_df, doc_keys, sources, held, hashes = _index_inputs(
-        context, settings, "elasticsearch_index"
-    )
+    inputs = _index_inputs(context, settings, "elasticsearch_index")
+    comms = inputs.communities
     embedder, step = _embedder("elasticsearch_index", settings, llm)
     # no n-hop paths here: sync_records computes them where edges changed
-    rows = build_index_rows(nodes, edges, comms, reports, chunk_df, nhop=False, sources=sources, hashes=hashes)
-    store.write_report_sources("elasticsearch_index", sources)
-    store.write_row_hashes("elasticsearch_index", hashes)
+    rows = build_index_rows(
+        inputs.nodes,
+        inputs.edges,
+        comms,
+        inputs.reports,
+        inputs.chunks,
+        nhop=False,
+        sources=inputs.sources,
+        hashes=inputs.hashes,
+    )
+    inputs.remember("elasticsearch_index")
     inputs_seconds = time.perf_counter() - started
     context.log.info(f"publishing {sum(rows.counts().values())} records to {cfg.url} alias {cfg.alias}")
     try:
@@ -254,7 +298,7 @@ def elasticsearch_index(
                 cfg,
                 rows,
                 embedder,
-                {"method": settings.method, "documents": len(doc_keys), "communities": comms.height},
+                {"method": settings.method, "documents": len(inputs.doc_keys), "communities": comms.height},
                 settings.paths.index_dir / "elasticsearch",
                 full_rebuild=config.full_rebuild,
                 log=context.log.info,
@@ -272,7 +316,7 @@ def elasticsearch_index(
             "url": cfg.url,
             "alias": cfg.alias,
             "records": stats.written + stats.unchanged,
-            "documents_behind_their_chunks": len(held),
+            **inputs.metadata(),
             "seconds": round(time.perf_counter() - started, 2),
             "inputs_seconds": round(inputs_seconds, 3),
             "embedding_model": embedder.model_id,

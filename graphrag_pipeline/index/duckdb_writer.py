@@ -923,7 +923,7 @@ def publish_index(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
     communities: pl.DataFrame,
-    reports: list[CommunityReport],
+    reports: list[CommunityReport] | pl.DataFrame,
     chunks: pl.DataFrame,
     embedder: Embedder,
     meta: dict,

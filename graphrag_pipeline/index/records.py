@@ -412,6 +412,86 @@ def collect_reports(
     return reports, missing
 
 
+# what an index row takes from the report itself (the other columns come from the community and the graph)
+REPORT_BASE_SCHEMA = {
+    k: t for k, t in REPORT_SCHEMA.items() if k not in ("entity_keys", "entity_names", "weight", "documents")
+}
+# what a ReportRowsMemo's rows were made by: change it with report_base_rows (or CommunityReport.text)
+REPORT_ROWS_SCHEME = "report-rows-1"
+REPORT_ROWS_MEMO_SCHEMA = {"file": pl.Utf8, **REPORT_BASE_SCHEMA}
+
+
+def report_base_rows(reports: list[CommunityReport]) -> pl.DataFrame:
+    """Per report, the columns of its index row that come from the report (REPORT_BASE_SCHEMA)."""
+    return pl.DataFrame(
+        {
+            "community_id": [r.community_id for r in reports],
+            "level": [r.level for r in reports],
+            "title": [r.title for r in reports],
+            "summary": [r.summary for r in reports],
+            "rating": [float(r.rating) for r in reports],
+            "rating_explanation": [r.rating_explanation for r in reports],
+            "findings": [json.dumps([f.__dict__ for f in r.findings], ensure_ascii=False) for r in reports],
+            "extractive": [r.extractive for r in reports],
+            "text": [r.text() for r in reports],
+        },
+        schema=REPORT_BASE_SCHEMA,
+    )
+
+
+@dataclass
+class ReportRowsMemo:
+    """The report_base_rows of every report as last read, by its community and the identity of its
+    file (device, inode, size, modification time: a report is written whole, under a new inode). At
+    50,000 documents, reading and parsing the 2,000 report files, then writing each one's findings
+    as JSON again, cost 0.3-0.5 s of every update, which writes a few dozen reports.
+    collect_report_rows replaces `rows` by the current files' rows; `read`: the reports it read."""
+
+    rows: pl.DataFrame | None = None  # REPORT_ROWS_MEMO_SCHEMA
+    read: int = 0
+    changed: bool = False  # `rows` is not what was read (to be written back)
+
+
+def collect_report_rows(
+    communities: pl.DataFrame,
+    identity: Callable[[str], str | None],
+    read_report: Callable[[str], CommunityReport | None],
+    memo: ReportRowsMemo | None = None,
+) -> tuple[pl.DataFrame, list[str]]:
+    """collect_reports as report_base_rows (in the same order), and the ids of the reportable
+    communities whose report cannot be read: a report whose file has the identity (`identity(cid)`,
+    None when there is no file) it had in `memo` is not read again."""
+    memo = memo if memo is not None else ReportRowsMemo()
+    known = memo.rows if memo.rows is not None else pl.DataFrame(schema=REPORT_ROWS_MEMO_SCHEMA)
+    at = {f: i for i, f in enumerate(known["file"].to_list())}
+    kept_at, kept_pos, fresh, fresh_files, fresh_pos, missing = [], [], [], [], [], []
+    for cid in communities.filter(pl.col("size") >= 2)["community_id"].to_list():
+        ident = identity(cid)
+        file = f"{cid}|{ident}"
+        pos = len(kept_pos) + len(fresh_pos)
+        if ident is not None and file in at:
+            kept_at.append(at[file])
+            kept_pos.append(pos)
+            continue
+        report = read_report(cid) if ident is not None else None
+        if report is None:
+            missing.append(cid)
+        else:
+            fresh.append(report)
+            fresh_files.append(file)
+            fresh_pos.append(pos)
+    columns = list(REPORT_ROWS_MEMO_SCHEMA)
+    new = report_base_rows(fresh).with_columns(pl.Series("file", fresh_files, dtype=pl.Utf8)).select(columns)
+    rows = new
+    if kept_at:  # in the communities' order again
+        kept = known[kept_at].with_columns(pl.Series("_pos", kept_pos, dtype=pl.Int64))
+        new = new.with_columns(pl.Series("_pos", fresh_pos, dtype=pl.Int64))
+        rows = pl.concat([kept, new]).sort("_pos").drop("_pos")
+    memo.changed = bool(fresh) or len(kept_at) != known.height
+    memo.rows, memo.read = rows, len(fresh)
+    return rows.drop("file"), missing
+
+
 SOURCES_MEMO_SCHEMA = {"community_id": pl.Utf8, "signature": pl.UInt64, "documents": pl.List(pl.Utf8)}
 SOURCES_PATHS_SCHEMA = {"doc_id": pl.Utf8, "doc": pl.Utf8}
 # what a memo's lists also depend on: the cut, and the hash (polars guarantees it within a version)
@@ -553,7 +633,7 @@ def _ranked_documents(members: pl.DataFrame, latest: pl.DataFrame, numbered: pl.
 
 
 def _report_rows(
-    reports: list[CommunityReport],
+    reports: list[CommunityReport] | pl.DataFrame,
     communities: pl.DataFrame,
     nodes: pl.DataFrame,
     chunks: pl.DataFrame | None = None,
@@ -561,34 +641,9 @@ def _report_rows(
 ) -> pl.DataFrame:
     """One row per report: its text, the community's members (keys and names), weight and documents
     (corpus paths of the members' documents, most members first, at most REPORT_MAX_DOCUMENTS).
-    Columnar: thousands of reports are assembled without a Python dict per row."""
-    base = pl.DataFrame(
-        {
-            "community_id": [r.community_id for r in reports],
-            "level": [r.level for r in reports],
-            "title": [r.title for r in reports],
-            "summary": [r.summary for r in reports],
-            "rating": [float(r.rating) for r in reports],
-            "rating_explanation": [r.rating_explanation for r in reports],
-            "findings": [json.dumps([f.__dict__ for f in r.findings], ensure_ascii=False) for r in reports],
-            "extractive": [r.extractive for r in reports],
-            "text": [r.text() for r in reports],
-        },
-        schema={
-            k: REPORT_SCHEMA[k]
-            for k in (
-                "community_id",
-                "level",
-                "title",
-                "summary",
-                "rating",
-                "rating_explanation",
-                "findings",
-                "extractive",
-                "text",
-            )
-        },
-    )
+    Columnar: thousands of reports are assembled without a Python dict per row. `reports`: the
+    reports, or their report_base_rows (collect_report_rows)."""
+    base = reports if isinstance(reports, pl.DataFrame) else report_base_rows(reports)
     comm = communities.select(
         "community_id", pl.col("nodes").alias("entity_keys"), pl.col("weight").cast(pl.Float64).round_sig_figs(3)
     )
@@ -669,7 +724,7 @@ def build_index_rows(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
     communities: pl.DataFrame,
-    reports: list[CommunityReport],
+    reports: list[CommunityReport] | pl.DataFrame,
     chunks: pl.DataFrame,
     nhop: bool = True,
     sources: SourcesMemo | None = None,
@@ -736,7 +791,7 @@ def build_index_tables(
     nodes: pl.DataFrame,
     edges: pl.DataFrame,
     communities: pl.DataFrame,
-    reports: list[CommunityReport],
+    reports: list[CommunityReport] | pl.DataFrame,
     chunks: pl.DataFrame,
     embedder: Embedder,
     previous: dict[str, pl.DataFrame] | None = None,

@@ -25,10 +25,13 @@ from graphrag_pipeline.extract.subgraph import ENTITY_ROWS, RELATION_ROWS
 from graphrag_pipeline.graph.tables import EDGE_SCHEMA, NODE_SCHEMA
 from graphrag_pipeline.index.records import (
     HASH,
+    REPORT_ROWS_MEMO_SCHEMA,
+    REPORT_ROWS_SCHEME,
     ROW_HASH_MEMO_SCHEME,
     SOURCES_MEMO_SCHEMA,
     SOURCES_MEMO_SCHEME,
     SOURCES_PATHS_SCHEMA,
+    ReportRowsMemo,
     RowHashMemo,
     SourcesMemo,
 )
@@ -819,6 +822,34 @@ class Store:
             schema={"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8},
         )
         write_parquet(segments, segments_file)
+
+    def _report_rows_file(self, asset: str) -> Path:
+        return self.paths.graph_dir / f"report-rows.{asset}.parquet"
+
+    def read_report_rows(self, asset: str) -> ReportRowsMemo:
+        """The asset's ReportRowsMemo as last written (empty when missing, damaged or of another scheme)."""
+        try:
+            rows = pl.read_parquet(self._report_rows_file(asset))
+        except (OSError, pl.exceptions.PolarsError):
+            return ReportRowsMemo()
+        if dict(rows.schema) != {**REPORT_ROWS_MEMO_SCHEMA, "scheme": pl.Utf8}:
+            return ReportRowsMemo()
+        if rows["scheme"].ne(REPORT_ROWS_SCHEME).any():
+            return ReportRowsMemo()
+        return ReportRowsMemo(rows.drop("scheme"))
+
+    def write_report_rows(self, asset: str, memo: ReportRowsMemo) -> None:
+        """Write `memo` back when it changed."""
+        if memo.changed and memo.rows is not None:
+            write_parquet(
+                memo.rows.with_columns(pl.lit(REPORT_ROWS_SCHEME).alias("scheme")), self._report_rows_file(asset)
+            )
+
+    def report_identity(self, community_id: str) -> str | None:
+        """The identity (device, inode, size, modification time) of the community's report file, as
+        text; None when it has none."""
+        identity = stat_identity(self.paths.reports_dir / f"{community_id}.json")
+        return None if identity is None else ":".join(str(v) for v in identity)
 
     def read_communities(self) -> pl.DataFrame:
         path = self.communities_file()

@@ -1039,6 +1039,10 @@ def _build_holding(args: argparse.Namespace, paths: Paths, prefetch, held) -> in
     corpus_cache = corpus_cache_path(paths.home)
     store = Store(paths)
     use_cache = _use_plan_cache(args)
+    # the whole-corpus outputs are checked (and repaired below) while the survey's process finishes:
+    # it reads the corpus and the documents' outputs, these read the graph, index and reports
+    repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
+    damaged_files = working_file_problems(paths)
     surveyed = prefetch.take(corpus, paths.home, method, use_cache) if prefetch is not None else None
     if surveyed is not None:
         _say_removed(remove_temp_files(surveyed.temps))
@@ -1091,8 +1095,7 @@ def _build_holding(args: argparse.Namespace, paths: Paths, prefetch, held) -> in
     ok = True
     batches = plan.batches(args.batch_size)
     recluster = {op_name("communities"): {"config": {"full_recluster": True}}} if args.recluster else None
-    repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
-    for damaged, problem in working_file_problems(paths):
+    for damaged, problem in damaged_files:
         damaged.unlink(missing_ok=True)  # the graph job's stages rebuild it
         repairs.append(problem)
     for problem in repairs:

@@ -447,3 +447,61 @@ def test_pair_order_is_the_stable_sort_by_both_ends_below_and_above_the_radix_bo
     g = CSRGraph.from_edges(4, np.array([0, 1, 0, 2]), np.array([3, 2, 1, 3]), np.array([1.0, 2.0, 3.0, 4.0]))
     assert g.indices.tolist() == [1, 3, 0, 2, 1, 3, 0, 2]
     assert g.indptr.tolist() == [0, 2, 4, 6, 8]
+
+
+def test_a_graph_of_sorted_pairs_is_built_without_sorting_both_directions_and_equals_the_general_build(monkeypatch):
+    """Pairs given once, sorted, the smaller end first (the clustered graph's edges): CSRGraph.from_edges
+    builds the same arrays as from both directions sorted (below and above 65,536 nodes), and
+    _clustered_graph finds the same graph from the resolved graph's sorted edges as from the
+    same edges in another order."""
+    import polars as pl
+
+    from graphrag_pipeline.graph import communities, frontier_leiden
+
+    rng = np.random.default_rng(5)
+    calls = []
+    triangle = frontier_leiden.CSRGraph._from_triangle
+    monkeypatch.setattr(CSRGraph, "_from_triangle", classmethod(lambda cls, *a: calls.append(1) or triangle(*a)))
+
+    def general(n, src, dst, w):  # both directions, sorted by pair_order
+        a, b, ww = np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([w, w])
+        order = pair_order(a, b, n)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(a[order], minlength=n), out=indptr[1:])
+        return indptr, b[order], ww[order], a[order]
+
+    for n in (2, 9, 300, 70000):
+        for m in (1, 40, 3000):
+            a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+            pairs = np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)[a != b], axis=0)
+            if not len(pairs):
+                continue
+            src, dst, w = pairs[:, 0], pairs[:, 1], rng.random(len(pairs))
+            calls.clear()
+            g = CSRGraph.from_edges(n, src, dst, w)
+            assert calls == [1], (n, m)
+            for got, want in zip((g.indptr, g.indices, g.weights, g.rows), general(n, src, dst, w)):
+                assert np.array_equal(got, want), (n, m)
+            calls.clear()
+            CSRGraph.from_edges(n, dst, src, w)  # the larger end first: the general build
+            assert calls == []
+
+    # the clustered graph of a resolved graph's edges (sorted pairs) and of the same edges shuffled
+    keys = [f"k{i:03d}" for i in range(120)]
+    pairs = sorted({tuple(sorted(rng.choice(keys, 2, replace=False).tolist())) for _ in range(400)})
+    edges = pl.DataFrame(
+        {
+            "source_key": [p[0] for p in pairs],
+            "target_key": [p[1] for p in pairs],
+            "weight": rng.integers(0, 4, len(pairs)).astype(float),
+            "description": [f"{p[0]} {p[1]}" for p in pairs],
+        }
+    )
+    nodes = pl.DataFrame({"key": keys})
+    for lcc in (False, True):
+        sorted_graph = communities._clustered_graph(nodes, edges, lcc)
+        shuffled = communities._clustered_graph(nodes, edges.sample(fraction=1.0, shuffle=True, seed=1), lcc)
+        for attr in ("src", "dst", "w", "c", "mask"):
+            assert np.array_equal(getattr(sorted_graph, attr), getattr(shuffled, attr)), (lcc, attr)
+        for attr in ("indptr", "indices", "weights", "rows"):
+            assert np.array_equal(getattr(sorted_graph.csr, attr), getattr(shuffled.csr, attr)), (lcc, attr)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import graspologic_native as gn
 import numpy as np
 import polars as pl
-from scipy.sparse import coo_matrix
+from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from graphrag_pipeline.graph.frontier_leiden import CSRGraph, frontier_update, modularity, pair_order
@@ -201,18 +201,23 @@ def _clustered_graph(nodes: pl.DataFrame, edges: pl.DataFrame, use_lcc: bool) ->
     w = e["w"].to_numpy().astype(np.float64)
     c = e["c"].to_numpy().astype(np.uint64)
     n = len(keys)
-    # one edge per pair, the last row of the pair (as the table gave it), sorted by (src, dst)
+    # one edge per pair, the last row of the pair (as the table gave it), sorted by (src, dst); the
+    # resolved graph's edges are (canonical pairs sorted by key): nothing to sort
     code = src * n + dst
-    order = pair_order(src, dst, n)
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = code[order][1:] != code[order][:-1]
-    order = order[last]
-    src, dst, w, c = src[order], dst[order], w[order], c[order]
+    if len(code) > 1 and not bool(np.all(code[1:] > code[:-1])):
+        order = pair_order(src, dst, n)
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = code[order][1:] != code[order][:-1]
+        order = order[last]
+        src, dst, w, c = src[order], dst[order], w[order], c[order]
     has_edge = np.zeros(n, dtype=bool)
     has_edge[src] = True
     has_edge[dst] = True
     if use_lcc and len(src):
-        adj = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+        # (the pairs in CSR order already: rows `src` sorted, columns `dst` sorted within a row)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+        adj = csr_matrix((np.ones(len(src)), dst, indptr), shape=(n, n))
         count, comp = connected_components(adj, directed=False)
         sizes = np.bincount(comp, minlength=count)
         smallest_key = np.full(count, n, dtype=np.int64)  # keys are sorted: the first index is the smallest key

@@ -417,6 +417,52 @@ def test_cached_edge_items_give_what_computing_them_again_gives():
     assert row["i"].item() == before["i"].item() and row["h"].item() != before["h"].item()
 
 
+def test_cached_node_items_give_what_computing_them_again_gives(monkeypatch):
+    """Node content items are kept in the state while a node's text is unchanged; an update with them
+    gives the same ids, fingerprints and report bases as one that hashes every member's text, and
+    hashes only the texts that changed."""
+    from dataclasses import replace
+
+    from graphrag_pipeline.graph import communities
+
+    g = planted(groups=6)
+    descriptions = {n: f"entity {n} " * 20 for n in g}
+    nodes, edges = frames(g, descriptions)
+    first = update_communities(nodes, edges, None, max_cluster_size=12)
+    assert first.state.nodes["i"].null_count() == 0 and first.state.nodes.height == nodes.height
+    a = sorted(g.nodes)[7]
+    nodes2 = nodes.with_columns(
+        pl.when(pl.col("key") == a)
+        .then(pl.lit("a reworded entity"))
+        .otherwise(pl.col("description"))
+        .alias("description")
+    )
+    hashed = []
+    h64 = communities._h64
+    monkeypatch.setattr(communities, "_h64", lambda text: hashed.append(text) or h64(text))
+    cached = update_communities(nodes2, edges, first.state, max_cluster_size=12)
+    node_texts = [t for t in hashed if not t.startswith(("n\x00", "e\x00")) and "entity" in t]
+    assert node_texts == [f"{a}\x00\x00a reworded entity"], node_texts  # (name, type, description)
+    hashed.clear()
+    state = replace(first.state, nodes=first.state.nodes.select("key", "c"))  # no items: all hashed again
+    fresh = update_communities(nodes2, edges, state, max_cluster_size=12)
+    assert len([t for t in hashed if "entity" in t]) > 20
+    cols = ["community_id", "level", "nodes", "fingerprint"]
+    assert cached.communities.select(cols).to_dicts() == fresh.communities.select(cols).to_dicts()
+    assert cached.state.bases.sort(pl.all()).equals(fresh.state.bases.sort(pl.all()))
+    # the items computed afresh are those kept; the kept state also carries the items of the nodes
+    # not looked at this time
+    computed = fresh.state.nodes.drop_nulls()
+    assert 0 < computed.height < nodes.height and cached.state.nodes["i"].null_count() == 0
+    assert computed.sort("key").equals(cached.state.nodes.join(computed.select("key"), on="key").sort("key"))
+    # the reworded member's communities have another fingerprint (their ids: the share rule)
+    with_a = pl.col("nodes").list.contains(a)
+    before_fp = set(first.communities.filter(with_a)["fingerprint"].to_list())
+    assert before_fp and not before_fp & set(cached.communities.filter(with_a)["fingerprint"].to_list())
+    row, before = (x.filter(pl.col("key") == a) for x in (cached.state.nodes, first.state.nodes))
+    assert row["i"].item() == before["i"].item() and row["h"].item() != before["h"].item()
+
+
 def test_degrees_within_a_mask_read_from_its_rows_equal_a_pass_over_every_edge():
     rng = np.random.default_rng(3)
     for trial in range(300):

@@ -67,6 +67,10 @@ EDGE_STATE_SCHEMA = {"a": pl.Utf8, "b": pl.Utf8, "w": pl.Float64, "c": pl.UInt64
 # the edge state while the description (c) is unchanged: a large community's items are not hashed again
 EDGE_ITEM_SCHEMA = {"i": pl.UInt64, "h": pl.UInt64, "t": pl.Int64}
 NODE_STATE_SCHEMA = {"key": pl.Utf8, "c": pl.UInt64}  # c: hash of name, type and description
+# a node's content item (EDGE_ITEM_SCHEMA's columns), kept with the node state while its text (c) is
+# unchanged: the members of a large community changed by an edit are not hashed again (the node
+# texts of the graph of 50,000 documents are 120 MB, a hub's description megabytes)
+NODE_ITEM_STATE_SCHEMA = {**NODE_STATE_SCHEMA, **EDGE_ITEM_SCHEMA}
 # change detection hashes (polars') are compared only with hashes of the same scheme; the report
 # bases use a stable hash of their own (blake2b), so a polars upgrade costs work, never reports
 HASH_SCHEME = f"polars-{pl.__version__}"
@@ -568,9 +572,33 @@ class _Content:
 _NO_CONTENT = _Content(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.int64))
 
 
-def _node_items(g: _Graph, nodes: pl.DataFrame, wanted: np.ndarray) -> _Items:
-    """The items of the nodes `wanted` (a node missing from `nodes` has an id but no text item)."""
+def _cached_node_items(g: _Graph, node_hashes: pl.DataFrame, previous: CommunityState | None) -> _Items:
+    """The items the previous state computed for nodes whose text is unchanged (same hash, same scheme)."""
     out = _Items.empty(len(g.keys))
+    if (
+        previous is None
+        or previous.hash_scheme != HASH_SCHEME
+        or not set(NODE_ITEM_STATE_SCHEMA) <= set(previous.nodes.columns)
+    ):
+        return out
+    positions = pl.DataFrame({"key": g.keys, "_at": np.arange(len(g.keys), dtype=np.int64)})
+    old = previous.nodes.select(list(NODE_ITEM_STATE_SCHEMA)).rename({"c": "c_old"})
+    kept = (
+        node_hashes.join(old, on="key", how="inner")
+        .filter((pl.col("c") == pl.col("c_old")) & pl.col("i").is_not_null())
+        .join(positions, on="key", how="inner")
+    )
+    at = kept["_at"].to_numpy()
+    out.i[at], out.h[at], out.t[at] = kept["i"].to_numpy(), kept["h"].to_numpy(), kept["t"].to_numpy()
+    out.have[at] = True
+    return out
+
+
+def _node_items(g: _Graph, nodes: pl.DataFrame, wanted: np.ndarray, cached: _Items | None = None) -> _Items:
+    """The items of the nodes `wanted` (a node missing from `nodes` has an id but no text item), those
+    in `cached` (_cached_node_items) taken from there; `cached` gains the others."""
+    out = cached if cached is not None else _Items.empty(len(g.keys))
+    wanted = wanted[~out.have[wanted]]
     if not wanted.size:
         return out
     keys = [g.keys[i] for i in wanted.tolist()]
@@ -667,10 +695,12 @@ def _describe(
     edges: pl.DataFrame,
     clean: dict[int, str],
     edge_items: _Items,
+    node_items: _Items | None = None,
 ) -> tuple[dict[int, dict], dict[int, list]]:
     """Per cluster label: member keys, fingerprint and (raw) weight; and the content items of the
     clusters not in `clean` (label -> fingerprint of an unchanged community, whose work is skipped).
-    `edge_items` (cached items of unchanged edges) gains the items computed here."""
+    `edge_items` and `node_items` (cached items of unchanged edges and nodes) gain the items computed
+    here."""
     keys = g.keys
     degree = np.diff(g.csr.indptr)
     dirty = [c for c in clusters if c.label not in clean]
@@ -678,7 +708,7 @@ def _describe(
     none = np.zeros(0, dtype=np.int64)
     wanted_nodes = np.unique(np.concatenate([c.members for c in dirty])) if dirty else none
     wanted_edges = np.unique(np.concatenate([internal[c.label] for c in dirty])) if dirty else none
-    node_items = _node_items(g, nodes, wanted_nodes)
+    node_items = _node_items(g, nodes, wanted_nodes, node_items)
     _fill_edge_items(g, edges, wanted_edges, edge_items)
     info, items = {}, {}
     for c in clusters:
@@ -918,7 +948,8 @@ def update_communities(
             ):
                 clean[c.label] = prev.fingerprints[c.label]
     edge_items = _cached_edge_items(g, previous)
-    info, items = _describe(g, clusters, nodes, edges, clean, edge_items)
+    node_items = _cached_node_items(g, node_hashes, previous)
+    info, items = _describe(g, clusters, nodes, edges, clean, edge_items, node_items)
     ids_clean = {label: prev.ids[label] for label in clean} if prev is not None else {}
     ids, id_stats = _assign_ids(clusters, info, items, previous, refresh_share, retired, generation)
     df = _table(clusters, info, {**ids, **ids_clean})
@@ -940,7 +971,8 @@ def update_communities(
             **id_stats,
         }
     )
-    state = _next_state(previous, df, clusters, info, items, g, edge_items, settings, generation, retired, node_hashes)
+    node_state = _node_state(g, node_hashes, node_items)
+    state = _next_state(previous, df, clusters, info, items, g, edge_items, settings, generation, retired, node_state)
     per_level = df.group_by("level").len().sort("level")
     levels = ", ".join(f"level {lvl}: {n}" for lvl, n in per_level.iter_rows())
     message = f"{df.height} communities over {int(g.mask.sum())} nodes ({levels})"
@@ -967,7 +999,7 @@ def _next_state(
     settings: dict,
     generation: int,
     retired: set[str],
-    node_hashes: pl.DataFrame,
+    node_state: pl.DataFrame,
 ) -> CommunityState:
     id_of = dict(zip(df["cluster"].to_list(), df["community_id"].to_list()))
     old_bases = previous.bases if previous else pl.DataFrame(schema=BASIS_SCHEMA)
@@ -1002,7 +1034,20 @@ def _next_state(
         {"i": edge_items.i, "h": edge_items.h, "t": edge_items.t}, schema=EDGE_ITEM_SCHEMA
     ).with_columns(pl.when(have).then(pl.all()))  # null where not computed
     edge_state = pl.concat([g.edge_frame(), known], how="horizontal")
-    return CommunityState(df, edge_state, bases, history, generation, settings, retired, node_hashes)
+    return CommunityState(df, edge_state, bases, history, generation, settings, retired, node_state)
+
+
+def _node_state(g: _Graph, node_hashes: pl.DataFrame, node_items: _Items) -> pl.DataFrame:
+    """The nodes' text hashes with their content items where computed (null elsewhere)."""
+    positions = pl.DataFrame({"key": g.keys, "_at": np.arange(len(g.keys), dtype=np.int64)})
+    at = node_hashes.join(positions, on="key", how="left", maintain_order="left")["_at"]
+    found = at.is_not_null().to_numpy()
+    idx = at.fill_null(0).to_numpy()
+    have = found & node_items.have[idx] & (node_items.t[idx] >= 0)
+    items = pl.DataFrame(
+        {"i": node_items.i[idx], "h": node_items.h[idx], "t": node_items.t[idx]}, schema=EDGE_ITEM_SCHEMA
+    ).with_columns(pl.when(pl.Series(have)).then(pl.all()))  # null where not computed
+    return pl.concat([node_hashes.select(list(NODE_STATE_SCHEMA)), items], how="horizontal")
 
 
 def _basis_frame(ids: list[str], contents: list[_Content]) -> pl.DataFrame:

@@ -1159,20 +1159,8 @@ def test_row_hashes_and_parquet_files_do_not_depend_on_how_a_table_is_chunked(tm
     from graphrag_pipeline.index.records import COLUMNS, row_hashes
     from graphrag_pipeline.storage.files import SLICE_ROWS, in_slices, write_parquet
 
-    rng = random.Random(11)
     n = 3 * SLICE_ROWS + 17
-    df = pl.DataFrame(
-        {
-            "source_key": [f"s{rng.randrange(500)}" for _ in range(n)],
-            "target_key": [f"t{i}" for i in range(n)],
-            "source": ["S"] * n,
-            "target": ["T"] * n,
-            "description": [("word " * rng.randrange(0, 30)).strip() for _ in range(n)],
-            "keywords": ["k"] * n,
-            "weight": [float(rng.randrange(1, 9)) for _ in range(n)],
-            "source_ids": [[f"c{j}" for j in range(rng.randrange(0, 4))] for _ in range(n)],
-        }
-    )
+    df = _relations(n, 11, sources=500, words=30, by_source=False)
     pieces = pl.concat([df.slice(i, 1000) for i in range(0, n, 1000)], rechunk=False)
     sliced = in_slices(pieces)
     assert sliced.equals(df) and sliced.n_chunks() == 4 and pieces.n_chunks() == 25
@@ -1326,15 +1314,18 @@ def test_report_documents_rank_by_members_then_path_order_as_a_plain_count_does(
         assert got == expected, trial
 
 
-def _relations(n: int, seed: int) -> pl.DataFrame:
+def _relations(n: int, seed: int, *, sources: int = 400, words: int = 12, by_source: bool = True) -> pl.DataFrame:
+    """n relations of distinct targets from `sources` source keys (in their order when `by_source`),
+    with descriptions of up to `words` words."""
     rng = random.Random(seed)
+    keys = [f"s{rng.randrange(sources):03d}" for _ in range(n)]
     return pl.DataFrame(
         {
-            "source_key": sorted(f"s{rng.randrange(400):03d}" for _ in range(n)),
+            "source_key": sorted(keys) if by_source else keys,
             "target_key": [f"t{i}" for i in range(n)],
             "source": ["S"] * n,
             "target": ["T"] * n,
-            "description": [("word " * rng.randrange(0, 12)).strip() for _ in range(n)],
+            "description": [("word " * rng.randrange(0, words)).strip() for _ in range(n)],
             "keywords": ["k"] * n,
             "weight": [float(rng.randrange(1, 9)) for _ in range(n)],
             "source_ids": [[f"c{j}" for j in range(rng.randrange(0, 4))] for _ in range(n)],

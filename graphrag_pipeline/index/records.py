@@ -401,7 +401,9 @@ def collect_reports(
     communities: pl.DataFrame, read_report: Callable[[str], CommunityReport | None]
 ) -> tuple[list[CommunityReport], list[str]]:
     """The report of every reportable community (2+ members) of the communities table, and the ids
-    of those whose report cannot be read (a missing report is never silently left out)."""
+    of those whose report cannot be read (a missing report is never silently left out).
+    collect_report_rows is what the index stages use; this plain form stays for the index-series
+    benchmark, which drives older versions of this module through it, and as the tests' oracle."""
     reports, missing = [], []
     for cid in communities.filter(pl.col("size") >= 2)["community_id"].to_list():
         report = read_report(cid)

@@ -223,6 +223,30 @@ ORPHAN_SWEEP_STATE = "orphan-sweep"
 ORPHAN_SWEEP_MAX_AGE = 24 * 3600.0
 
 
+# the segments file of a RowHashMemo (Store.read_row_hashes)
+_ROW_HASH_SEGMENTS_SCHEMA = {"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8}
+
+
+def _read_cache(*files: tuple[Path, dict]) -> list[pl.DataFrame] | None:
+    """The tables of a cache's (path, schema) files, or None when one is missing, cannot be read or
+    has another schema: a cache in doubt is rebuilt, never trusted."""
+    tables = []
+    for path, schema in files:
+        try:
+            table = pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError):  # (a missing file among them)
+            return None
+        if dict(table.schema) != schema:
+            return None
+        tables.append(table)
+    return tables
+
+
+def _of_scheme(table: pl.DataFrame, scheme: str) -> bool:
+    """Every row of a cache table was made under `scheme` (its "scheme" column)."""
+    return not table["scheme"].ne(scheme).any()
+
+
 class Store:
     def __init__(self, paths: Paths):
         self.paths = paths.ensure()
@@ -726,17 +750,10 @@ class Store:
 
     def read_report_sources(self, asset: str) -> SourcesMemo:
         table_file, paths_file = self._report_sources_files(asset)
-        try:
-            if not (table_file.exists() and paths_file.exists()):
-                return SourcesMemo()
-            table, paths = pl.read_parquet(table_file), pl.read_parquet(paths_file)
-        except (OSError, pl.exceptions.PolarsError):
+        read = _read_cache((table_file, {**SOURCES_MEMO_SCHEMA, "scheme": pl.Utf8}), (paths_file, SOURCES_PATHS_SCHEMA))
+        if read is None or not _of_scheme(read[0], SOURCES_MEMO_SCHEME):
             return SourcesMemo()
-        wanted = {**SOURCES_MEMO_SCHEMA, "scheme": pl.Utf8}
-        if dict(table.schema) != wanted or dict(paths.schema) != SOURCES_PATHS_SCHEMA:
-            return SourcesMemo()
-        if table.height and table["scheme"][0] != SOURCES_MEMO_SCHEME:
-            return SourcesMemo()
+        table, paths = read
         return SourcesMemo(table.drop("scheme"), paths)
 
     def write_report_sources(self, asset: str, memo: SourcesMemo) -> None:
@@ -784,16 +801,11 @@ class Store:
         """The asset's RowHashMemo as last written (empty when missing, damaged or of another scheme),
         without segments (see edge_segments)."""
         hashes_file, segments_file = self._row_hash_files(asset)
-        try:
-            if not (hashes_file.exists() and segments_file.exists()):
-                return RowHashMemo()
-            segments, hashes = pl.read_parquet(segments_file), pl.read_parquet(hashes_file)
-        except (OSError, pl.exceptions.PolarsError):
+        read = _read_cache((segments_file, _ROW_HASH_SEGMENTS_SCHEMA), (hashes_file, {HASH: pl.UInt64}))
+        if read is None or not _of_scheme(read[0], ROW_HASH_MEMO_SCHEME):
             return RowHashMemo()
-        wanted = {"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8}
-        if dict(segments.schema) != wanted or dict(hashes.schema) != {HASH: pl.UInt64}:
-            return RowHashMemo()
-        if segments["rows"].sum() != hashes.height or segments["scheme"].ne(ROW_HASH_MEMO_SCHEME).any():
+        segments, hashes = read
+        if segments["rows"].sum() != hashes.height:
             return RowHashMemo()
         known, offset = {}, 0
         for segment, n in zip(segments["segment"], segments["rows"]):
@@ -819,7 +831,7 @@ class Store:
                 "rows": [s.len() for s in series],
                 "scheme": [ROW_HASH_MEMO_SCHEME] * len(series),
             },
-            schema={"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8},
+            schema=_ROW_HASH_SEGMENTS_SCHEMA,
         )
         write_parquet(segments, segments_file)
 
@@ -828,15 +840,10 @@ class Store:
 
     def read_report_rows(self, asset: str) -> ReportRowsMemo:
         """The asset's ReportRowsMemo as last written (empty when missing, damaged or of another scheme)."""
-        try:
-            rows = pl.read_parquet(self._report_rows_file(asset))
-        except (OSError, pl.exceptions.PolarsError):
+        read = _read_cache((self._report_rows_file(asset), {**REPORT_ROWS_MEMO_SCHEMA, "scheme": pl.Utf8}))
+        if read is None or not _of_scheme(read[0], REPORT_ROWS_SCHEME):
             return ReportRowsMemo()
-        if dict(rows.schema) != {**REPORT_ROWS_MEMO_SCHEMA, "scheme": pl.Utf8}:
-            return ReportRowsMemo()
-        if rows["scheme"].ne(REPORT_ROWS_SCHEME).any():
-            return ReportRowsMemo()
-        return ReportRowsMemo(rows.drop("scheme"))
+        return ReportRowsMemo(read[0].drop("scheme"))
 
     def write_report_rows(self, asset: str, memo: ReportRowsMemo) -> None:
         """Write `memo` back when it changed."""

@@ -539,3 +539,45 @@ def test_a_builds_quick_partition_listing_gives_what_dagster_lists(tmp_path):
         other.add_dynamic_partitions("another", ["x"])
         assert build.get_dynamic_partitions("another") == ["x"]
         assert build.get_dynamic_partitions(name) == ["c/d.txt"]
+
+
+def test_output_signatures_stat_each_file_by_its_name_in_an_open_folder_and_equal_stats_by_path(tmp_path, monkeypatch):
+    """joint_signatures stats a document's files by name under a descriptor of their folder (where
+    the system can): the same signatures as stats by full path, for files present, missing, in a
+    folder that does not exist, and for a key that cannot name a file."""
+    from graphrag_pipeline.ingest.corpus_sync import OUTPUT_FILES
+    from graphrag_pipeline.storage.layout import Paths
+    from graphrag_pipeline.storage.store import Store
+
+    store = Store(Paths(tmp_path))
+    chunks = store.paths.doc_dir("chunks")
+    chunks.mkdir(parents=True)  # doc_subgraph's folder is never made: all its files are missing
+    assert OUTPUT_FILES["chunks"] == (".json", ".parquet")
+    for name, size in (("a.json", 3), ("a.parquet", 5), ("b.json", 7)):
+        (chunks / name).write_bytes(b"x" * size)
+    keys = ["a", "b", "c", "../x"]
+    outputs = [("chunks", OUTPUT_FILES["chunks"]), ("doc_subgraph", OUTPUT_FILES["doc_subgraph"])]
+
+    real_stat, calls = os.stat, []
+
+    def stat(path, *a, **kw):
+        calls.append((os.fspath(path), kw.get("dir_fd")))
+        return real_stat(path, *a, **kw)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "supports_dir_fd", os.supports_dir_fd | {stat})
+    by_name = store.joint_signatures(keys, outputs, "|fast")
+    # the chunks by name; the files of the folder that cannot be opened by path
+    named = [name for name, fd in calls if fd is not None]
+    assert named == [f"{k}{x}" for k in "abc" for x in OUTPUT_FILES["chunks"]]
+    assert all(name.startswith(os.fspath(tmp_path)) for name, fd in calls if fd is None)
+    monkeypatch.setattr(os, "supports_dir_fd", os.supports_dir_fd - {stat})
+    calls.clear()
+    by_path = store.joint_signatures(keys, outputs, "|fast")
+    assert calls and all(fd is None and name.startswith(os.fspath(tmp_path)) for name, fd in calls)
+    assert by_name == by_path
+    a = real_stat(chunks / "a.json")
+    assert by_name["a"].startswith(f"{a.st_size}:{a.st_mtime_ns}/5:")
+    assert by_name["b"].split("|")[0].endswith("/missing") and by_name["c"].startswith("missing/missing|")
+    assert by_name["a"].split("|")[1] == "/".join(["missing"] * len(OUTPUT_FILES["doc_subgraph"]))
+    assert by_name["../x"] == "invalid|invalid|fast"

@@ -81,18 +81,19 @@ def range_tags(batch: list[str]) -> dict[str, str]:
 def scan_states(
     corpus: Path, known: Mapping[str, list] | None = None
 ) -> tuple[dict[str, CorpusFile], dict[str, FileState], dict[str, str]]:
-    """Hash every corpus file, reusing a known hash when neither its size nor its stamp changed."""
+    """Hash every corpus file, reusing a known hash when neither its size nor its stamp changed
+    (`known`: key -> [hash, size, stamp, ...], as a cursor or a plan cache holds them)."""
     files = {f.key: f for f in scan_corpus(corpus)}
     states: dict[str, FileState] = {}
     errors: dict[str, str] = {}
     known = known or {}
-    stat = os.stat
+    stat, get = os.stat, known.get
     for key, f in files.items():
         try:
             st = stat(f.fspath or f.path)
             size, stamp = st.st_size, file_stamp(st)
-            prev = known.get(key)
-            if prev and len(prev) == 3 and prev[1] == size and prev[2] == stamp:
+            prev = get(key)
+            if prev and len(prev) >= 3 and prev[1] == size and prev[2] == stamp:
                 states[key] = FileState(prev[0], size, stamp)
             else:
                 states[key] = FileState(file_hash(f.path), size, stamp)
@@ -192,8 +193,7 @@ def survey(
     add, delete or order yet: see with_partitions). The build runs it in a second process beside its
     start-up (ingest.plan_prefetch)."""
     cache = cache or {}
-    known = previous or {k: v[:3] for k, v in cache.items()}
-    files, states, errors = scan_states(corpus, known)
+    files, states, errors = scan_states(corpus, previous or cache)
     stale = []
     new_cache: dict[str, list] = {}
     previous = previous or {}
@@ -207,7 +207,7 @@ def survey(
             sig = signatures[key]
             entry = cache.get(key)
             before = entry[4] if entry and len(entry) == 5 and entry[3] == sig else stored_hash(store, key, method)
-            new_cache[key] = [*state.to_list(), sig, before]
+            new_cache[key] = [state.hash, state.size, state.stamp, sig, before]  # (to_list, inline)
         if before != state.hash:
             stale.append(key)
     return SyncPlan(files, states, [], [], stale, [], errors, new_cache)

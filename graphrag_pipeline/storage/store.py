@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -223,6 +224,29 @@ ORPHAN_SWEEP_STATE = "orphan-sweep"
 ORPHAN_SWEEP_MAX_AGE = 24 * 3600.0
 
 
+@dataclass
+class _OpenFolder:
+    """A folder of per-document files as joint_signatures stats them: by name under an open
+    descriptor `fd` where the system allows it (None: by full path, `prefix` + name)."""
+
+    prefix: str
+    fd: int | None
+    suffixes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, folder: Path, suffixes: tuple[str, ...], opened: ExitStack) -> _OpenFolder:
+        prefix = os.fspath(folder) + os.sep
+        fd = None
+        if os.stat in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:  # (missing, or not a folder: the stats by path say so, as before)
+                fd = None
+            else:
+                opened.callback(os.close, fd)
+        return cls(prefix, fd, suffixes)
+
+
 # the segments file of a RowHashMemo (Store.read_row_hashes)
 _ROW_HASH_SEGMENTS_SCHEMA = {"segment": pl.Utf8, "rows": pl.Int64, "scheme": pl.Utf8}
 
@@ -425,34 +449,35 @@ class Store:
         """Per document, its `signatures` of each (asset, suffixes) of `outputs` joined by "|", then
         `tail`: what joining the results of one `signatures` call per asset gives, in one pass. While
         DOC_STATS is on, a file's stat taken earlier in the build is used again."""
-        # plain strings: this runs for every document
-        folders = [(os.fspath(self.paths.doc_dir(asset)) + os.sep, suffixes) for asset, suffixes in outputs]
-        invalid = "|".join("invalid" for _ in outputs) + tail
-        stat = os.stat
+        # plain strings: this runs for every document; each file is stat'ed by its name in its folder
+        # (an open descriptor: the kernel walks one name, not the whole path), where the system can
         known = DOC_STATS.usable()
-        out = {}
-        for key in keys:
-            if partition_key_problem(key) is not None:
-                out[key] = invalid
-                continue
-            parts = []
-            for folder, suffixes in folders:
-                base = folder + key
-                sig = []
-                for suffix in suffixes:
-                    path = base + suffix
-                    one = known.get(path) if known is not None else None
-                    if one is None:
-                        try:
-                            st = stat(path)
-                            one = f"{st.st_size}:{st.st_mtime_ns}"
-                        except FileNotFoundError:
-                            one = "missing"
-                        if known is not None:
-                            known[path] = one
-                    sig.append(one)
-                parts.append("/".join(sig))
-            out[key] = "|".join(parts) + tail
+        with ExitStack() as opened:
+            folders = [_OpenFolder.of(self.paths.doc_dir(asset), suffixes, opened) for asset, suffixes in outputs]
+            invalid = "|".join("invalid" for _ in outputs) + tail
+            stat = os.stat
+            out = {}
+            for key in keys:
+                if partition_key_problem(key) is not None:
+                    out[key] = invalid
+                    continue
+                parts = []
+                for folder in folders:
+                    base, fd, sig = folder.prefix + key, folder.fd, []
+                    for suffix in folder.suffixes:
+                        one = known.get(base + suffix) if known is not None else None
+                        if one is None:
+                            try:
+                                st = stat(key + suffix, dir_fd=fd) if fd is not None else stat(base + suffix)
+                            except FileNotFoundError:
+                                one = "missing"
+                            else:
+                                one = f"{st.st_size}:{st.st_mtime_ns}"
+                            if known is not None:
+                                known[base + suffix] = one
+                        sig.append(one)
+                    parts.append("/".join(sig))
+                out[key] = "|".join(parts) + tail
         return out
 
     def subgraph_signatures(self, keys: list[str]) -> dict[str, str]:

@@ -1043,6 +1043,12 @@ def _build_holding(args: argparse.Namespace, paths: Paths, prefetch, held) -> in
     # it reads the corpus and the documents' outputs, these read the graph, index and reports
     repairs = downstream_problems(paths, store, instance.get_dynamic_partitions(community_partitions.name))
     damaged_files = working_file_problems(paths)
+    # so is what the instance says of the settings, when the home's record already names this method
+    # (the code versions read it: after a switch they are known once the record is written)
+    early = None
+    if record is not None and record.method == method:
+        early_defs = current_defs()
+        early = (early_defs, _downstream_settings_changed(instance, early_defs))
     surveyed = prefetch.take(corpus, paths.home, method, use_cache) if prefetch is not None else None
     if surveyed is not None:
         _say_removed(remove_temp_files(surveyed.temps))
@@ -1100,7 +1106,7 @@ def _build_holding(args: argparse.Namespace, paths: Paths, prefetch, held) -> in
         repairs.append(problem)
     for problem in repairs:
         _say(f"repairing: {problem}")
-    resettled = _downstream_settings_changed(instance, defs)
+    resettled = early[1] if early is not None and early[0] is defs else _downstream_settings_changed(instance, defs)
     # applied now when that costs no LLM call (fast, offline embedder) or when asked for; otherwise
     # said (a new model means paid calls), and applied with the next change of any document
     free = method == "fast" and setting("GRAPHRAG_EMBEDDING_MODEL") == OFFLINE_EMBEDDER

@@ -149,10 +149,20 @@ def test_a_build_takes_the_second_process_survey(home, corpus, monkeypatch):
     def take(self, *args):
         found = real(self, *args)
         taken.append(found)
+        order.append("take")
         return found
+
+    from graphrag_pipeline import cli as cli_module
+
+    order, settings_check = [], cli_module._downstream_settings_changed
+
+    def check(*args):
+        order.append("settings")
+        return settings_check(*args)
 
     monkeypatch.setattr(plan_prefetch, "PREFETCH_MIN_CACHE_BYTES", 0)
     monkeypatch.setattr(plan_prefetch.Prefetch, "take", take)
+    monkeypatch.setattr(cli_module, "_downstream_settings_changed", check)
     doc = sorted(p for p in corpus.rglob("*") if p.is_file())[0]
     doc.write_text(doc.read_text(encoding="utf-8") + "\n\nGrace Hopper visited Paris.\n", encoding="utf-8")
     leftover = home / "tables" / "chunks" / ".some.json.a1b2c3d4.tmp"  # an interrupted write's
@@ -160,6 +170,7 @@ def test_a_build_takes_the_second_process_survey(home, corpus, monkeypatch):
     code, out = cli("build")
     assert code == 0, out
     assert len(taken) == 1 and taken[0] is not None
+    assert order == ["settings", "take"]  # the instance's settings checked while the survey finishes, once
     assert taken[0].temps == [(str(leftover), False)]  # listed by the second process, removed by the build
     assert f"removed a temporary file left by an interrupted build: {leftover}" in out
     assert not leftover.exists()

@@ -1034,6 +1034,16 @@ def test_report_sources_memo_is_voided_by_a_moved_path_and_read_back_only_in_its
     assert store.read_report_sources("search_index").table is None
     table_file.write_bytes(b"garbage")
     assert store.read_report_sources("search_index").table is None
+    # nor one whose scheme is unknown (null), in a home whose path holds glob characters
+    store.write_report_sources("search_index", memo)
+    assert store.read_report_sources("search_index").table is not None
+    written = pl.read_parquet(table_file)
+    written.with_columns(pl.lit(None, pl.Utf8).alias("scheme")).write_parquet(table_file)
+    assert store.read_report_sources("search_index").table is None
+    odd = Store(Paths(tmp_path / "home [1]*"))
+    odd.paths.graph_dir.mkdir(parents=True, exist_ok=True)
+    odd.write_report_sources("search_index", memo)
+    assert odd.read_report_sources("search_index").table.equals(memo.table)
     store.write_report_sources("search_index", SourcesMemo())
     assert not table_file.exists()
 

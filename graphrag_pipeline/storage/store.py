@@ -257,7 +257,7 @@ def _read_cache(*files: tuple[Path, dict]) -> list[pl.DataFrame] | None:
     tables = []
     for path, schema in files:
         try:
-            table = pl.read_parquet(path)
+            table = pl.read_parquet(path, glob=False)  # (a home's path may hold `*` or `[`)
         except (OSError, pl.exceptions.PolarsError):  # (a missing file among them)
             return None
         if dict(table.schema) != schema:
@@ -267,8 +267,8 @@ def _read_cache(*files: tuple[Path, dict]) -> list[pl.DataFrame] | None:
 
 
 def _of_scheme(table: pl.DataFrame, scheme: str) -> bool:
-    """Every row of a cache table was made under `scheme` (its "scheme" column)."""
-    return not table["scheme"].ne(scheme).any()
+    """Every row of a cache table was made under `scheme` (its "scheme" column; a null is not)."""
+    return not table["scheme"].ne_missing(scheme).any()
 
 
 class Store:
